@@ -1,0 +1,323 @@
+//! Response bodies and the end of a transaction.
+//!
+//! [`ProxyBody`] is what every response carries: nothing, a stored object's bytes (a cheap
+//! `Bytes` clone), or an upstream body streamed through. A streamed body may also *capture* a
+//! copy for the store: chunks are kept as they pass and admitted only when the body ended
+//! complete and within the size limit, so a truncated or oversized response is never cached.
+//! When the body is done (or dropped half-way) the upstream connection goes back to the pool or
+//! is closed, and the [`Transaction`] is finished: one access-log line and the metrics.
+
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Instant, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Method};
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use crate::accesslog::AccessRecord;
+use crate::cache::FetchGuard;
+use crate::outcome::{Hierarchy, ResultCode};
+use crate::upstream::Lease;
+use crate::Shared;
+
+/// The error type of response bodies.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One client request from arrival to its last byte: what the access log and metrics record.
+pub struct Transaction {
+    shared: Arc<Shared>,
+    start: Instant,
+    start_wall: SystemTime,
+    client: IpAddr,
+    method: Method,
+    url: String,
+    /// Squid result code.
+    pub result: ResultCode,
+    /// Status sent.
+    pub status: u16,
+    /// Where the response came from.
+    pub hierarchy: Hierarchy,
+    /// The upstream host, when one was used.
+    pub peer: Option<String>,
+    /// Response content type.
+    pub content_type: Option<HeaderValue>,
+    /// Size of the response head, estimated from its fields.
+    pub head_bytes: u64,
+    finished: bool,
+}
+
+impl Transaction {
+    /// Starts a transaction.
+    pub(crate) fn new(shared: Arc<Shared>, client: IpAddr, method: Method, url: String) -> Self {
+        Transaction {
+            shared,
+            start: Instant::now(),
+            start_wall: SystemTime::now(),
+            client,
+            method,
+            url,
+            result: ResultCode::NoneNone,
+            status: 0,
+            hierarchy: Hierarchy::HierNone,
+            peer: None,
+            content_type: None,
+            head_bytes: 0,
+            finished: false,
+        }
+    }
+
+    /// The URL as logged.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Logs and counts the transaction; later calls do nothing.
+    pub fn finish(&mut self, body_bytes: u64) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let elapsed = self.start.elapsed();
+        let bytes = self.head_bytes + body_bytes;
+        self.shared.metrics.record(self.result, bytes, elapsed);
+        if let Some(log) = &self.shared.log {
+            log.log(&AccessRecord {
+                start: self.start_wall,
+                elapsed,
+                client: self.client,
+                result: self.result,
+                status: self.status,
+                bytes,
+                method: self.method.as_str(),
+                url: &self.url,
+                hierarchy: self.hierarchy,
+                peer: self.peer.as_deref(),
+                content_type: self.content_type.as_ref().and_then(|v| v.to_str().ok()),
+            });
+        }
+    }
+}
+
+/// Where a captured body goes when it ended complete.
+pub type Sink = Box<dyn FnOnce(Bytes) + Send>;
+
+/// A copy of a streamed body being taken for the store.
+pub struct Capture {
+    chunks: Vec<Bytes>,
+    size: u64,
+    limit: u64,
+    expected: Option<u64>,
+    sink: Sink,
+    /// Waiters of a collapsed fetch wake when this drops: after the object is stored.
+    _guard: Option<FetchGuard>,
+}
+
+impl Capture {
+    /// Captures up to `limit` bytes; `expected` is the Content-Length, if any.
+    pub fn new(limit: u64, expected: Option<u64>, sink: Sink, guard: Option<FetchGuard>) -> Self {
+        Capture {
+            chunks: Vec::new(),
+            size: 0,
+            limit,
+            expected,
+            sink,
+            _guard: guard,
+        }
+    }
+
+    /// Keeps a chunk; false once the body outgrew the limit.
+    fn push(&mut self, chunk: &Bytes) -> bool {
+        self.size += chunk.len() as u64;
+        if self.size > self.limit {
+            return false;
+        }
+        self.chunks.push(chunk.clone());
+        true
+    }
+
+    fn complete(self) {
+        if self.expected.is_some_and(|n| n != self.size) {
+            return;
+        }
+        let body = match self.chunks.len() {
+            0 => Bytes::new(),
+            1 => self.chunks.into_iter().next().unwrap_or_default(),
+            _ => {
+                let mut all = BytesMut::with_capacity(self.size as usize);
+                for c in &self.chunks {
+                    all.extend_from_slice(c);
+                }
+                all.freeze()
+            }
+        };
+        (self.sink)(body);
+    }
+}
+
+/// A body streamed from upstream.
+pub struct Relay {
+    inner: Incoming,
+    capture: Option<Capture>,
+    lease: Option<Lease>,
+    done: bool,
+}
+
+impl Relay {
+    /// Relays `inner`, optionally capturing it, returning `lease` to the pool at its end.
+    pub fn new(inner: Incoming, capture: Option<Capture>, lease: Lease) -> Self {
+        Relay {
+            inner,
+            capture,
+            lease: Some(lease),
+            done: false,
+        }
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+        if let Some(lease) = self.lease.take() {
+            lease.release();
+        }
+        if let Some(capture) = self.capture.take() {
+            capture.complete();
+        }
+    }
+}
+
+enum Kind {
+    Empty,
+    Full(Option<Bytes>),
+    Relay(Box<Relay>),
+}
+
+/// The body of every response the proxy sends.
+pub struct ProxyBody {
+    kind: Kind,
+    sent: u64,
+    txn: Option<Box<Transaction>>,
+}
+
+impl ProxyBody {
+    /// No body.
+    pub fn empty() -> Self {
+        ProxyBody {
+            kind: Kind::Empty,
+            sent: 0,
+            txn: None,
+        }
+    }
+
+    /// A complete body in memory.
+    pub fn full(bytes: Bytes) -> Self {
+        ProxyBody {
+            kind: Kind::Full(Some(bytes)),
+            sent: 0,
+            txn: None,
+        }
+    }
+
+    /// A body relayed from upstream.
+    pub fn relay(relay: Relay) -> Self {
+        ProxyBody {
+            kind: Kind::Relay(Box::new(relay)),
+            sent: 0,
+            txn: None,
+        }
+    }
+
+    /// Finishes `txn` when this body is done.
+    pub fn with_transaction(mut self, txn: Transaction) -> Self {
+        self.txn = Some(Box::new(txn));
+        self
+    }
+}
+
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        if let Some(txn) = &mut self.txn {
+            txn.finish(self.sent);
+        }
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match &mut this.kind {
+            Kind::Empty => Poll::Ready(None),
+            Kind::Full(bytes) => match bytes.take() {
+                Some(b) if !b.is_empty() => {
+                    this.sent += b.len() as u64;
+                    Poll::Ready(Some(Ok(Frame::data(b))))
+                }
+                _ => Poll::Ready(None),
+            },
+            Kind::Relay(relay) => {
+                if relay.done {
+                    return Poll::Ready(None);
+                }
+                match Pin::new(&mut relay.inner).poll_frame(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(None) => {
+                        relay.end();
+                        Poll::Ready(None)
+                    }
+                    Poll::Ready(Some(Err(e))) => {
+                        // Truncated: nothing is stored and the connection is not reused.
+                        relay.capture = None;
+                        relay.lease = None;
+                        relay.done = true;
+                        Poll::Ready(Some(Err(e.into())))
+                    }
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Some(data) = frame.data_ref() {
+                            this.sent += data.len() as u64;
+                            if let Some(txn) = &this.txn {
+                                txn.shared
+                                    .metrics
+                                    .bytes_from_upstream
+                                    .fetch_add(data.len() as u64, Relaxed);
+                            }
+                            if let Some(capture) = &mut relay.capture {
+                                if !capture.push(data) {
+                                    relay.capture = None;
+                                }
+                            }
+                        }
+                        if relay.inner.is_end_stream() {
+                            relay.end();
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Full(b) => b.as_ref().is_none_or(Bytes::is_empty),
+            Kind::Relay(r) => r.done,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Relay(r) if r.done => SizeHint::with_exact(0),
+            Kind::Relay(r) => r.inner.size_hint(),
+        }
+    }
+}

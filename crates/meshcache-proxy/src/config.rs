@@ -1,0 +1,408 @@
+//! Configuration of one proxy node.
+//!
+//! The config is TOML, strict (an unknown key is an error that names it) and written in human
+//! units: sizes as `"256 MiB"`, durations as `"2s"`. Every section has safe defaults, so an empty
+//! file is a valid config: a loopback-only proxy on 127.0.0.1:3128. [`DEFAULT_CONFIG`] is the
+//! commented default that `meshcache config default` prints; a test checks that it parses to
+//! exactly [`Config::default`], so the two can never drift apart.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use ipnet::IpNet;
+use meshcache_store::Replacement;
+use serde::{Deserialize, Serialize};
+
+/// The commented default configuration, as `meshcache config default` prints it.
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+/// A whole node's configuration.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The node's name, shown in `Via`, `X-Cache` and `Cache-Status`.
+    pub name: String,
+    /// Client-facing HTTP listener.
+    pub http: HttpConfig,
+    /// Connections to origins.
+    pub upstream: UpstreamConfig,
+    /// The object store.
+    pub store: StoreSection,
+    /// Caching behaviour.
+    pub cache: CacheConfig,
+    /// The admin listener (metrics, stats).
+    pub admin: AdminConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: "meshcache".into(),
+            http: HttpConfig::default(),
+            upstream: UpstreamConfig::default(),
+            store: StoreSection::default(),
+            cache: CacheConfig::default(),
+            admin: AdminConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+/// Client-facing HTTP listener.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Addresses to listen on.
+    pub listen: Vec<SocketAddr>,
+    /// Client ACL: source networks allowed to use the proxy. Everything else gets 403.
+    pub allow: Vec<IpNet>,
+    /// Ports a CONNECT tunnel may reach.
+    pub connect_ports: Vec<u16>,
+    /// Accelerator mode: origin-form requests (`GET /path`) go to this origin.
+    pub accelerate: Option<String>,
+    /// The most client connections open at once; further clients wait in the accept queue.
+    pub max_connections: usize,
+    /// The largest request head (request line and headers).
+    #[serde(with = "size")]
+    pub max_header_bytes: u64,
+    /// The most header fields in one request.
+    pub max_headers: usize,
+    /// How long a client may take to send a request head.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// How long a client connection may stay silent (between requests, or mid-body).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// On shutdown, how long in-flight requests may take to finish.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Socket options for client connections.
+    pub socket: SocketOptions,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 3128))],
+            allow: vec![
+                "127.0.0.0/8".parse().expect("literal CIDR"),
+                "::1/128".parse().expect("literal CIDR"),
+            ],
+            connect_ports: vec![443],
+            accelerate: None,
+            max_connections: 10_000,
+            max_header_bytes: 64 * 1024,
+            max_headers: 100,
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            shutdown_grace: Duration::from_secs(10),
+            socket: SocketOptions::default(),
+        }
+    }
+}
+
+/// Per-socket options. Large buffers matter on long fat links: a window of
+/// bandwidth × RTT (the trans-Pacific pair needed far more than the old 64 KiB default).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SocketOptions {
+    /// Disable Nagle's algorithm.
+    pub nodelay: bool,
+    /// SO_SNDBUF; unset leaves the kernel's autotuning alone.
+    #[serde(with = "opt_size")]
+    pub send_buffer: Option<u64>,
+    /// SO_RCVBUF; unset leaves the kernel's autotuning alone.
+    #[serde(with = "opt_size")]
+    pub recv_buffer: Option<u64>,
+}
+
+impl Default for SocketOptions {
+    fn default() -> Self {
+        Self {
+            nodelay: true,
+            send_buffer: None,
+            recv_buffer: None,
+        }
+    }
+}
+
+/// Connections to origins (and, later, to parents and siblings).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// How long a TCP connect may take.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// How long an upstream may stay silent: before the response head and between body bytes.
+    #[serde(with = "humantime_serde")]
+    pub read_timeout: Duration,
+    /// How long an idle pooled connection is kept.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// The most idle connections kept per upstream host.
+    pub max_idle_per_host: usize,
+    /// Socket options for upstream connections.
+    pub socket: SocketOptions,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_idle_per_host: 64,
+            socket: SocketOptions::default(),
+        }
+    }
+}
+
+/// The object store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSection {
+    /// Memory budget for cached objects (bodies and headers).
+    #[serde(with = "size")]
+    pub memory: u64,
+    /// Larger objects are passed through, never stored.
+    #[serde(with = "size")]
+    pub max_object_size: u64,
+    /// Replacement policy: `lru`, `gdsf` or `lfuda`.
+    pub replacement: Replacement,
+}
+
+impl Default for StoreSection {
+    fn default() -> Self {
+        Self {
+            memory: 256 * 1024 * 1024,
+            max_object_size: 8 * 1024 * 1024,
+            replacement: Replacement::Lru,
+        }
+    }
+}
+
+/// Caching behaviour.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Share of a response's age since Last-Modified used as its freshness lifetime when it
+    /// gives none (RFC 9111 §4.2.2 suggests 10%).
+    pub heuristic_fraction: f32,
+    /// Concurrent misses for one URL make one upstream request; the others wait at most this
+    /// long for it before fetching on their own.
+    #[serde(with = "humantime_serde")]
+    pub collapse_timeout: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            heuristic_fraction: 0.1,
+            collapse_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The admin listener.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Where `/metrics` and `/stats` are served; unset disables the listener.
+    pub listen: Option<SocketAddr>,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: Some(SocketAddr::from(([127, 0, 0, 1], 3180))),
+        }
+    }
+}
+
+/// Logging.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Access log in Squid's native format; unset disables it.
+    pub access: Option<PathBuf>,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            access: Some(PathBuf::from("access.log")),
+        }
+    }
+}
+
+/// A config that could not be used, with the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not valid TOML, or a key or value the schema refuses.
+    #[error("{0}")]
+    Parse(#[from] toml::de::Error),
+    /// Valid syntax, but the values contradict each other or are unsafe.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The dotted key at fault.
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl Config {
+    /// Parses and validates a TOML config.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the rules serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                reason: reason.into(),
+            })
+        };
+        if self.name.is_empty() || !self.name.bytes().all(|b| b.is_ascii_graphic()) {
+            return invalid("name", "must be non-empty printable ASCII without spaces");
+        }
+        if self.http.listen.is_empty() {
+            return invalid("http.listen", "needs at least one address");
+        }
+        if self.http.max_connections == 0 {
+            return invalid("http.max_connections", "must be at least 1");
+        }
+        if self.http.max_header_bytes < 8192 {
+            return invalid("http.max_header_bytes", "must be at least 8 KiB");
+        }
+        if self.store.max_object_size > self.store.memory {
+            return invalid("store.max_object_size", "is larger than store.memory");
+        }
+        if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
+            return invalid("cache.heuristic_fraction", "must be between 0 and 1");
+        }
+        if let Some(origin) = &self.http.accelerate {
+            if origin.parse::<http::uri::Authority>().is_err() || origin.contains('@') {
+                return invalid("http.accelerate", "must be host:port");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sizes as human strings ("256 MiB") or plain byte counts.
+mod size {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&ByteSize(*v).display().iec().to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bytes(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bytes(n) => Ok(n),
+            Raw::Text(t) => t.parse::<ByteSize>().map(|b| b.0).map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "invalid size {t:?} ({e}); write e.g. \"256 MiB\""
+                ))
+            }),
+        }
+    }
+}
+
+/// Optional sizes.
+mod opt_size {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => super::size::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        super::size::deserialize(d).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_matches_code_default() {
+        let parsed = Config::from_toml(DEFAULT_CONFIG).expect("default config parses");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        assert_eq!(
+            Config::from_toml("").expect("empty parses"),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::from_toml("[store]\nmemroy = \"1 MiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("memroy"), "{err}");
+    }
+
+    #[test]
+    fn human_units() {
+        let c = Config::from_toml(
+            "[store]\nmemory = \"1 MiB\"\nmax_object_size = 4096\n[upstream]\nread_timeout = \"1500ms\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.store.memory, 1024 * 1024);
+        assert_eq!(c.store.max_object_size, 4096);
+        assert_eq!(c.upstream.read_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn bad_size_is_explained() {
+        let err = Config::from_toml("[store]\nmemory = \"lots\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("memory") && err.contains("lots"), "{err}");
+    }
+
+    #[test]
+    fn contradictions_are_refused() {
+        let err = Config::from_toml("[store]\nmemory = \"1 MiB\"\nmax_object_size = \"2 MiB\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("store.max_object_size"), "{err}");
+        let err = Config::from_toml("[cache]\nheuristic_fraction = 2.0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("cache.heuristic_fraction"), "{err}");
+    }
+
+    #[test]
+    fn bad_replacement_is_named() {
+        let err = Config::from_toml("[store]\nreplacement = \"fifo\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("fifo"), "{err}");
+    }
+}

@@ -1,0 +1,77 @@
+//! meshcache-proxy: the caching HTTP/1.1 forward proxy.
+//!
+//! A request enters through [`server`] (listeners, ACL, limits, shutdown), is handled by
+//! [`service`] (the request lifecycle, described there), which consults the [`cache`] (store,
+//! Vary, collapsed forwarding, store events) under the rules of [`semantics`] (RFC 9111, pure),
+//! and goes upstream through [`upstream`] (persistent pooled connections). The response body
+//! ([`body`]) streams back to the client, captures a copy for the store when allowed, and ends
+//! the transaction with one line in the [`accesslog`] and the [`metrics`].
+//!
+//! Embedding it:
+//! ```no_run
+//! # async fn run() -> Result<(), meshcache_proxy::ProxyError> {
+//! use meshcache_proxy::{Config, Listeners, Proxy};
+//! let config = Config::default();
+//! let listeners = Listeners::bind(&config)?;
+//! let proxy = Proxy::new(config)?;
+//! proxy.serve(listeners, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+pub mod accesslog;
+mod admin;
+pub mod body;
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod headers;
+pub mod metrics;
+pub mod outcome;
+pub mod semantics;
+pub mod server;
+mod service;
+mod tunnel;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use config::{Config, ConfigError, DEFAULT_CONFIG};
+pub use server::{Listeners, Proxy};
+
+/// State every request of one proxy shares.
+pub(crate) struct Shared {
+    config: Config,
+    cache: cache::Cache,
+    upstream: upstream::Upstream,
+    metrics: Arc<metrics::Metrics>,
+    log: Option<accesslog::AccessLog>,
+    via: http::HeaderValue,
+    x_cache_hit: http::HeaderValue,
+    x_cache_miss: http::HeaderValue,
+}
+
+/// Why a proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The config is invalid.
+    #[error("invalid config: {0}")]
+    Config(#[from] ConfigError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The access log could not be opened.
+    #[error("cannot open access log {path:?}: {source}")]
+    AccessLog {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}

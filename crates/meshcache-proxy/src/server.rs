@@ -1,0 +1,340 @@
+//! Listeners, connections and shutdown.
+//!
+//! [`Proxy::serve`] takes listeners that are already bound (so tests bind `127.0.0.1:0`) and a
+//! shutdown future. Each accepted connection holds one permit of a semaphore sized
+//! `http.max_connections`: when none is left, accepting pauses and clients wait in the kernel
+//! queue. On shutdown the listeners close, every connection is told to finish its current
+//! request and close, and `serve` returns once all have (or `http.shutdown_grace` passes).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use ipnet::IpNet;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio_io_timeout::TimeoutStream;
+
+use crate::accesslog::{AccessLog, AccessRecord};
+use crate::cache::Cache;
+use crate::config::{Config, SocketOptions};
+use crate::metrics::Metrics;
+use crate::outcome::{Hierarchy, ResultCode};
+use crate::upstream::{apply_socket_options, Upstream, SWEEP_INTERVAL};
+use crate::{admin, headers, service, ProxyError, Shared};
+
+/// Bound sockets for a proxy.
+pub struct Listeners {
+    /// Client listeners.
+    pub http: Vec<TcpListener>,
+    /// The admin listener, if enabled.
+    pub admin: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds what `config` asks for.
+    pub fn bind(config: &Config) -> Result<Listeners, ProxyError> {
+        let http = config
+            .http
+            .listen
+            .iter()
+            .map(|a| bind_tcp(*a, &config.http.socket))
+            .collect::<Result<Vec<_>, _>>()?;
+        let admin = config
+            .admin
+            .listen
+            .map(|a| bind_tcp(a, &SocketOptions::default()))
+            .transpose()?;
+        Ok(Listeners { http, admin })
+    }
+
+    /// The client listeners' addresses.
+    pub fn http_addrs(&self) -> Vec<SocketAddr> {
+        self.http
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+}
+
+fn bind_tcp(addr: SocketAddr, opts: &SocketOptions) -> Result<TcpListener, ProxyError> {
+    let bind = || -> std::io::Result<TcpListener> {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        apply_socket_options(&socket, opts)?;
+        socket.bind(addr)?;
+        socket.listen(1024)
+    };
+    bind().map_err(|source| ProxyError::Bind { addr, source })
+}
+
+/// A proxy node: its shared state, ready to serve.
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    /// Builds a proxy from a validated config (opening the access log).
+    pub fn new(config: Config) -> Result<Proxy, ProxyError> {
+        config.validate()?;
+        let log = match &config.log.access {
+            Some(path) => Some(
+                AccessLog::open(path).map_err(|source| ProxyError::AccessLog {
+                    path: path.clone(),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let metrics = Arc::new(Metrics::new());
+        let cache = Cache::new(meshcache_store::StoreConfig {
+            capacity: config.store.memory,
+            max_object_size: config.store.max_object_size,
+            replacement: config.store.replacement,
+        });
+        let upstream = Upstream::new(config.upstream.clone(), metrics.clone());
+        let via = headers::via_value(&config.name);
+        let x_cache = |what: &str| {
+            http::HeaderValue::from_str(&format!("{what} from {}", config.name))
+                .unwrap_or_else(|_| http::HeaderValue::from_static("MISS"))
+        };
+        let (x_cache_hit, x_cache_miss) = (x_cache("HIT"), x_cache("MISS"));
+        Ok(Proxy {
+            shared: Arc::new(Shared {
+                config,
+                cache,
+                upstream,
+                metrics,
+                log,
+                via,
+                x_cache_hit,
+                x_cache_miss,
+            }),
+        })
+    }
+
+    /// The cache (to subscribe to store events, or inspect it).
+    pub fn cache(&self) -> &Cache {
+        &self.shared.cache
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Serves until `shutdown` resolves, then drains connections within the grace period.
+    pub async fn serve(
+        &self,
+        listeners: Listeners,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), ProxyError> {
+        let shared = &self.shared;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let max = shared.config.http.max_connections;
+        let permits = Arc::new(Semaphore::new(max));
+        let acl: Arc<[IpNet]> = shared.config.http.allow.clone().into();
+        let mut tasks = Vec::new();
+        for listener in listeners.http {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(%addr, name = %shared.config.name, "proxy listening");
+            }
+            tasks.push(tokio::spawn(accept_loop(
+                shared.clone(),
+                listener,
+                permits.clone(),
+                acl.clone(),
+                stop_rx.clone(),
+            )));
+        }
+        if let Some(listener) = listeners.admin {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(%addr, "admin listening");
+            }
+            tasks.push(tokio::spawn(admin_loop(
+                shared.clone(),
+                listener,
+                stop_rx.clone(),
+            )));
+        }
+        tasks.push(tokio::spawn(housekeeping(shared.clone(), stop_rx.clone())));
+        shutdown.await;
+        tracing::info!("shutting down: no new connections, finishing in-flight requests");
+        let _ = stop_tx.send(true);
+        for t in tasks {
+            let _ = t.await;
+        }
+        let all = u32::try_from(max).unwrap_or(u32::MAX);
+        let drained =
+            tokio::time::timeout(shared.config.http.shutdown_grace, permits.acquire_many(all))
+                .await;
+        if drained.is_err() {
+            tracing::warn!(
+                open = max - permits.available_permits(),
+                "grace period over; closing remaining connections"
+            );
+        }
+        if let Some(log) = &shared.log {
+            log.flush();
+        }
+        Ok(())
+    }
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    permits: Arc<Semaphore>,
+    acl: Arc<[IpNet]>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            _ = stop.changed() => return,
+        };
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let allowed = acl.iter().any(|net| net.contains(&peer.ip()));
+        shared
+            .metrics
+            .client_connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if !allowed {
+            shared
+                .metrics
+                .client_denied
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let shared = shared.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            serve_connection(shared, stream, peer, allowed, stop).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn serve_connection(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    allowed: bool,
+    mut stop: watch::Receiver<bool>,
+) {
+    let cfg = &shared.config.http;
+    let _ = stream.set_nodelay(cfg.socket.nodelay);
+    let mut io = TimeoutStream::new(stream);
+    io.set_read_timeout(Some(cfg.idle_timeout));
+    io.set_write_timeout(Some(cfg.idle_timeout));
+    let svc_shared = shared.clone();
+    let svc = service_fn(move |req| service::handle(svc_shared.clone(), peer, allowed, req));
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_read_timeout)
+        .max_buf_size(
+            usize::try_from(cfg.max_header_bytes)
+                .unwrap_or(usize::MAX)
+                .max(8192),
+        )
+        .max_headers(cfg.max_headers)
+        .serve_connection(TokioIo::new(Box::pin(io)), svc)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        if e.is_parse() || e.is_parse_too_large() {
+            // hyper has answered 400 (or 431) already; log it as Squid logs a bad request.
+            shared
+                .metrics
+                .invalid_requests
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let status = if e.is_parse_too_large() { 431 } else { 400 };
+            tracing::info!(client = %peer, error = %e, "refused malformed request");
+            shared
+                .metrics
+                .record(ResultCode::NoneNone, 0, Duration::ZERO);
+            if let Some(log) = &shared.log {
+                log.log(&AccessRecord {
+                    start: std::time::SystemTime::now(),
+                    elapsed: Duration::ZERO,
+                    client: peer.ip(),
+                    result: ResultCode::NoneNone,
+                    status,
+                    bytes: 0,
+                    method: "NONE",
+                    url: "",
+                    hierarchy: Hierarchy::HierNone,
+                    peer: None,
+                    content_type: None,
+                });
+            }
+        } else {
+            tracing::debug!(client = %peer, error = %e, "client connection ended");
+        }
+    }
+}
+
+async fn admin_loop(shared: Arc<Shared>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r { Ok(x) => x, Err(_) => continue },
+            _ = stop.changed() => return,
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| admin::handle(shared.clone(), req));
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+/// Once a second: flush the access log; now and then: drop expired idle upstream connections.
+async fn housekeeping(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut n: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        n += 1;
+        if let Some(log) = &shared.log {
+            log.flush();
+        }
+        if n % SWEEP_INTERVAL.as_secs() == 0 {
+            shared.upstream.sweep();
+        }
+    }
+}

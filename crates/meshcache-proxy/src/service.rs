@@ -1,0 +1,867 @@
+//! What happens to one request: the request lifecycle.
+//!
+//! ```text
+//! ACL ─► CONNECT? ─► tunnel
+//!   │
+//!   ▼ target (absolute-URI, or origin-form in accelerator mode) ─► framing and loop checks
+//!   │
+//!   ├─ GET/HEAD ─► lookup ─ fresh ─────────────► serve from store (304 / 206 / 200)
+//!   │                 ├─ stale, may serve ─────► serve, refresh in background
+//!   │                 ├─ stale ────────────────► conditional request ─► 304: refresh, serve
+//!   │                 │                                            └─► 200: relay and store
+//!   │                 └─ miss ─► collapse ─────► one upstream fetch, relayed and captured
+//!   └─ other methods ─► relay; a success invalidates the URL
+//! ```
+//!
+//! Every path ends in a response whose body finishes the [`Transaction`]: one log line.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{request, Method, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{BodyExt, Either, Limited};
+use hyper::body::Incoming;
+use meshcache_store::InvalidateCause;
+
+use crate::body::{Capture, ProxyBody, Relay, Transaction};
+use crate::cache::{CachedObject, Collapse, FetchGuard, Found};
+use crate::error::UpstreamError;
+use crate::headers::{self, parse_range, RangeRequest, RequestDirectives};
+use crate::outcome::{Hierarchy, ResultCode};
+use crate::semantics::{self, ConditionalHit, Freshness, Usability};
+use crate::upstream::{no_body, UpBody};
+use crate::{tunnel, Shared};
+
+static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
+static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+static X_ERROR: HeaderName = HeaderName::from_static("x-meshcache-error");
+
+/// Where a request goes upstream.
+#[derive(Clone, Debug)]
+pub(crate) struct Target {
+    /// Host, lower-case.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// The canonical URL: the cache key and the logged URL.
+    pub url: String,
+    /// `path?query` for the upstream request line.
+    pub path: String,
+}
+
+/// Handles one request. Never fails: every problem becomes a response.
+pub(crate) async fn handle(
+    shared: Arc<Shared>,
+    client: SocketAddr,
+    allowed: bool,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let mut txn = Transaction::new(
+        shared.clone(),
+        client.ip(),
+        parts.method.clone(),
+        parts.uri.to_string(),
+    );
+    if !allowed {
+        return Ok(refuse(
+            &shared,
+            txn,
+            StatusCode::FORBIDDEN,
+            ResultCode::TcpDenied,
+            "access-denied",
+            "access denied: your address is not allowed to use this proxy",
+        ));
+    }
+    if parts.method == Method::CONNECT {
+        return Ok(tunnel::connect(shared, txn, parts).await);
+    }
+    if parts.headers.contains_key(header::TRANSFER_ENCODING)
+        && parts.headers.contains_key(header::CONTENT_LENGTH)
+    {
+        return Ok(refuse(
+            &shared,
+            txn,
+            StatusCode::BAD_REQUEST,
+            ResultCode::NoneNone,
+            "invalid-request",
+            "both Content-Length and Transfer-Encoding: refused as a request-smuggling risk",
+        ));
+    }
+    let target = match target(&shared, &parts.uri) {
+        Ok(t) => t,
+        Err((status, token, reason)) => {
+            return Ok(refuse(
+                &shared,
+                txn,
+                status,
+                ResultCode::NoneNone,
+                token,
+                &reason,
+            ))
+        }
+    };
+    txn = Transaction::new(
+        shared.clone(),
+        client.ip(),
+        parts.method.clone(),
+        target.url.clone(),
+    );
+    if headers::via_contains(&parts.headers, &shared.config.name) {
+        return Ok(refuse(
+            &shared,
+            txn,
+            StatusCode::LOOP_DETECTED,
+            ResultCode::TcpDenied,
+            "forwarding-loop",
+            "forwarding loop detected: this request already passed through this proxy",
+        ));
+    }
+    let response = if parts.method == Method::GET || parts.method == Method::HEAD {
+        cached(&shared, txn, parts, target).await
+    } else {
+        pass_through(&shared, txn, parts, body, target).await
+    };
+    Ok(response)
+}
+
+/// Works out the upstream target from the request URI.
+fn target(shared: &Shared, uri: &Uri) -> Result<Target, (StatusCode, &'static str, String)> {
+    let (host, port) = match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(auth)) => (
+            auth.host().to_ascii_lowercase(),
+            auth.port_u16().unwrap_or(80),
+        ),
+        (Some(scheme), Some(_)) => {
+            return Err((
+                StatusCode::NOT_IMPLEMENTED,
+                "unsupported-scheme",
+                format!("{scheme}:// is not proxied; https goes through CONNECT"),
+            ))
+        }
+        _ => {
+            let Some(origin) = &shared.config.http.accelerate else {
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    "origin-form",
+                    "this is a proxy: send the absolute URL (GET http://host/path), or configure http.accelerate"
+                        .into(),
+                ));
+            };
+            let auth: http::uri::Authority = origin.parse().map_err(|_| {
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "config",
+                    "bad accelerate origin".into(),
+                )
+            })?;
+            (
+                auth.host().to_ascii_lowercase(),
+                auth.port_u16().unwrap_or(80),
+            )
+        }
+    };
+    if host.is_empty() {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "invalid-url",
+            "the URL has no host".into(),
+        ));
+    }
+    let path = uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/");
+    let path = if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("/{path}")
+    };
+    let url = if port == 80 {
+        format!("http://{host}{path}")
+    } else {
+        format!("http://{host}:{port}{path}")
+    };
+    Ok(Target {
+        host,
+        port,
+        url,
+        path,
+    })
+}
+
+/// Builds the request sent upstream: origin-form, hop-by-hop headers removed, `Via` added.
+fn upstream_request(
+    shared: &Shared,
+    method: Method,
+    headers: &HeaderMap,
+    target: &Target,
+    body: UpBody,
+) -> Request<UpBody> {
+    let mut out = Request::new(body);
+    *out.method_mut() = method;
+    *out.uri_mut() = target
+        .path
+        .parse()
+        .unwrap_or_else(|_| Uri::from_static("/"));
+    *out.version_mut() = Version::HTTP_11;
+    let h = out.headers_mut();
+    h.reserve(headers.len() + 2);
+    for (n, v) in headers {
+        h.append(n.clone(), v.clone());
+    }
+    headers::strip_hop_by_hop(h);
+    h.remove(header::EXPECT);
+    let host = if target.port == 80 {
+        target.host.clone()
+    } else {
+        format!("{}:{}", target.host, target.port)
+    };
+    if let Ok(v) = HeaderValue::from_str(&host) {
+        h.insert(header::HOST, v);
+    }
+    headers::append_via(h, &shared.via);
+    out
+}
+
+/// GET and HEAD: the cache path.
+async fn cached(
+    shared: &Arc<Shared>,
+    txn: Transaction,
+    parts: request::Parts,
+    target: Target,
+) -> Response<ProxyBody> {
+    let directives = RequestDirectives::parse(&parts.headers);
+    let now = SystemTime::now();
+    if let Some(found) = shared.cache.lookup(&target.url, &parts.headers) {
+        match found.object().freshness.usability(&directives, now) {
+            Usability::Fresh | Usability::StaleAllowed => {
+                return serve_stored(
+                    shared,
+                    txn,
+                    &parts,
+                    found.object(),
+                    ResultCode::TcpMemHit,
+                    now,
+                    "hit",
+                );
+            }
+            Usability::StaleWhileRevalidate => {
+                refresh_in_background(shared.clone(), parts.headers.clone(), target, found.clone());
+                return serve_stored(
+                    shared,
+                    txn,
+                    &parts,
+                    found.object(),
+                    ResultCode::TcpStaleHit,
+                    now,
+                    "hit; fwd=stale",
+                );
+            }
+            Usability::MustValidate if directives.only_if_cached => {
+                return refuse(
+                    shared,
+                    txn,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ResultCode::TcpMiss,
+                    "only-if-cached",
+                    "only-if-cached: the stored response is stale",
+                );
+            }
+            Usability::MustValidate if parts.method == Method::GET => {
+                return revalidate(shared, txn, parts, target, found).await;
+            }
+            Usability::MustValidate => {}
+        }
+    }
+    if directives.only_if_cached {
+        return refuse(
+            shared,
+            txn,
+            StatusCode::GATEWAY_TIMEOUT,
+            ResultCode::TcpMiss,
+            "only-if-cached",
+            "only-if-cached: not in the cache",
+        );
+    }
+    let collapsible = parts.method == Method::GET
+        && !directives.no_store
+        && !parts.headers.contains_key(header::RANGE)
+        && !parts.headers.contains_key(header::IF_NONE_MATCH)
+        && !parts.headers.contains_key(header::IF_MODIFIED_SINCE);
+    if !collapsible {
+        return fetch(shared, txn, parts, target, None, ResultCode::TcpMiss).await;
+    }
+    match shared.cache.collapse(&target.url) {
+        Collapse::Leader(guard) => {
+            fetch(shared, txn, parts, target, Some(guard), ResultCode::TcpMiss).await
+        }
+        Collapse::Follower(mut done) => {
+            shared.metrics.collapsed.fetch_add(1, Relaxed);
+            let _ =
+                tokio::time::timeout(shared.config.cache.collapse_timeout, done.changed()).await;
+            let now = SystemTime::now();
+            if let Some(found) = shared.cache.lookup(&target.url, &parts.headers) {
+                if matches!(
+                    found.object().freshness.usability(&directives, now),
+                    Usability::Fresh | Usability::StaleAllowed
+                ) {
+                    return serve_stored(
+                        shared,
+                        txn,
+                        &parts,
+                        found.object(),
+                        ResultCode::TcpMemHit,
+                        now,
+                        "hit; detail=collapsed",
+                    );
+                }
+            }
+            fetch(shared, txn, parts, target, None, ResultCode::TcpMiss).await
+        }
+    }
+}
+
+/// Sends a stored object: 304 for a matching conditional, 206/416 for a range, else 200.
+fn serve_stored(
+    shared: &Shared,
+    mut txn: Transaction,
+    req: &request::Parts,
+    object: &CachedObject,
+    mut code: ResultCode,
+    now: SystemTime,
+    status_detail: &str,
+) -> Response<ProxyBody> {
+    let stored = object.header_map();
+    let mut status = object.status;
+    let mut headers;
+    let mut body = object.body.clone();
+    if let Some(hit) = semantics::client_not_modified(&req.headers, &stored) {
+        if code == ResultCode::TcpMemHit {
+            code = match hit {
+                ConditionalHit::IfNoneMatch => ResultCode::TcpInmHit,
+                ConditionalHit::IfModifiedSince => ResultCode::TcpImsHit,
+            };
+        }
+        status = StatusCode::NOT_MODIFIED;
+        headers = semantics::not_modified_headers(&stored);
+        body = Bytes::new();
+    } else {
+        headers = stored;
+        let len = body.len() as u64;
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+        let if_range_ok = req
+            .headers
+            .get(header::IF_RANGE)
+            .is_none_or(|v| Some(v) == object.header(&header::ETAG));
+        if let (Some(range), true, true) = (
+            req.headers.get(header::RANGE),
+            object.status == StatusCode::OK,
+            if_range_ok,
+        ) {
+            match parse_range(range, len) {
+                RangeRequest::Whole => {}
+                RangeRequest::Partial(r) => {
+                    status = StatusCode::PARTIAL_CONTENT;
+                    body = body.slice(r.start as usize..=r.end as usize);
+                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+                    if let Ok(v) =
+                        HeaderValue::from_str(&format!("bytes {}-{}/{len}", r.start, r.end))
+                    {
+                        headers.insert(header::CONTENT_RANGE, v);
+                    }
+                }
+                RangeRequest::Unsatisfiable => {
+                    status = StatusCode::RANGE_NOT_SATISFIABLE;
+                    body = Bytes::new();
+                    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0u64));
+                    if let Ok(v) = HeaderValue::from_str(&format!("bytes */{len}")) {
+                        headers.insert(header::CONTENT_RANGE, v);
+                    }
+                }
+            }
+        }
+    }
+    headers.insert(header::AGE, HeaderValue::from(object.freshness.age(now)));
+    headers::append_via(&mut headers, &shared.via);
+    headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
+    let ttl = object.freshness.ttl(now);
+    if let Ok(v) = HeaderValue::from_str(&format!(
+        "{}; {status_detail}; ttl={ttl}",
+        shared.config.name
+    )) {
+        headers.insert(CACHE_STATUS.clone(), v);
+    }
+    if req.method == Method::HEAD {
+        body = Bytes::new();
+    }
+    txn.result = code;
+    txn.status = status.as_u16();
+    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
+    txn.head_bytes = head_size(&headers);
+    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// Fetches from upstream and relays; a storable GET response is captured for the store.
+async fn fetch(
+    shared: &Arc<Shared>,
+    mut txn: Transaction,
+    parts: request::Parts,
+    target: Target,
+    guard: Option<FetchGuard>,
+    code: ResultCode,
+) -> Response<ProxyBody> {
+    let up = upstream_request(
+        shared,
+        parts.method.clone(),
+        &parts.headers,
+        &target,
+        no_body(),
+    );
+    let now = SystemTime::now();
+    match shared.upstream.send(&target.host, target.port, up).await {
+        Ok((resp, lease)) => {
+            txn.hierarchy = Hierarchy::HierDirect;
+            txn.peer = Some(target.host.clone());
+            relay_response(shared, txn, &parts, &target, resp, lease, guard, code, now)
+        }
+        Err(e) => upstream_failed(shared, txn, e),
+    }
+}
+
+/// Relays an upstream response to the client, capturing it for the store when allowed.
+#[allow(clippy::too_many_arguments)]
+fn relay_response(
+    shared: &Arc<Shared>,
+    mut txn: Transaction,
+    req: &request::Parts,
+    target: &Target,
+    resp: Response<Incoming>,
+    lease: crate::upstream::Lease,
+    guard: Option<FetchGuard>,
+    code: ResultCode,
+    now: SystemTime,
+) -> Response<ProxyBody> {
+    let (mut rparts, incoming) = resp.into_parts();
+    headers::strip_hop_by_hop(&mut rparts.headers);
+    let directives = RequestDirectives::parse(&req.headers);
+    let freshness = if directives.no_store || req.headers.contains_key(header::RANGE) {
+        None
+    } else {
+        Freshness::for_exchange(
+            req,
+            rparts.status,
+            &rparts.headers,
+            now,
+            shared.config.cache.heuristic_fraction,
+        )
+    };
+    let expected = rparts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let fits = expected.is_none_or(|n| n <= shared.config.store.max_object_size);
+    let mut detail = if code == ResultCode::TcpMiss {
+        "fwd=uri-miss"
+    } else {
+        "fwd=stale"
+    }
+    .to_owned();
+    let capture = match freshness {
+        Some(f) if fits && req.method == Method::GET => {
+            detail.push_str("; stored");
+            let cache = shared.cache.clone();
+            let url = target.url.clone();
+            let req_headers = req.headers.clone();
+            let (status, head) = (rparts.status, rparts.headers.clone());
+            let sink = Box::new(move |body: Bytes| {
+                cache.insert(
+                    &url,
+                    &req_headers,
+                    CachedObject::new(status, &head, body, f),
+                );
+            });
+            Some(Capture::new(
+                shared.config.store.max_object_size,
+                expected,
+                sink,
+                guard,
+            ))
+        }
+        _ => {
+            // Not storable: a stored copy is outdated now if the origin no longer allows one.
+            if code != ResultCode::TcpMiss
+                && req.method == Method::GET
+                && rparts.status != StatusCode::NOT_MODIFIED
+            {
+                shared.cache.invalidate(&target.url, InvalidateCause::Stale);
+            }
+            drop(guard);
+            None
+        }
+    };
+    let _ = write!(detail, "; fwd-status={}", rparts.status.as_u16());
+    headers::append_via(&mut rparts.headers, &shared.via);
+    rparts
+        .headers
+        .insert(X_CACHE.clone(), shared.x_cache_miss.clone());
+    if let Ok(v) = HeaderValue::from_str(&format!("{}; {detail}", shared.config.name)) {
+        rparts.headers.insert(CACHE_STATUS.clone(), v);
+    }
+    txn.result = code;
+    txn.status = rparts.status.as_u16();
+    txn.content_type = rparts.headers.get(header::CONTENT_TYPE).cloned();
+    txn.head_bytes = head_size(&rparts.headers);
+    Response::from_parts(
+        rparts,
+        ProxyBody::relay(Relay::new(incoming, capture, lease)).with_transaction(txn),
+    )
+}
+
+use std::fmt::Write as _;
+
+/// A stale object: ask upstream with validators. 304 refreshes it; anything else replaces it.
+async fn revalidate(
+    shared: &Arc<Shared>,
+    mut txn: Transaction,
+    parts: request::Parts,
+    target: Target,
+    found: Found,
+) -> Response<ProxyBody> {
+    let object = found.object();
+    let stored = object.header_map();
+    let mut client_headers = parts.headers.clone();
+    client_headers.remove(header::IF_NONE_MATCH);
+    client_headers.remove(header::IF_MODIFIED_SINCE);
+    client_headers.remove(header::RANGE);
+    client_headers.remove(header::IF_RANGE);
+    semantics::add_validators(&mut client_headers, &stored);
+    let up = upstream_request(shared, Method::GET, &client_headers, &target, no_body());
+    let result = shared.upstream.send(&target.host, target.port, up).await;
+    let now_after = SystemTime::now();
+    txn.hierarchy = Hierarchy::HierDirect;
+    txn.peer = Some(target.host.clone());
+    match result {
+        Ok((resp, lease))
+            if resp.status() == StatusCode::NOT_MODIFIED
+                && semantics::not_modified_matches(&stored, resp.headers()) =>
+        {
+            lease.release();
+            let merged = semantics::merge_not_modified(&stored, resp.headers());
+            let refreshed = match Freshness::for_exchange(
+                &parts,
+                object.status,
+                &merged,
+                now_after,
+                shared.config.cache.heuristic_fraction,
+            ) {
+                Some(f) => {
+                    let obj = CachedObject::new(object.status, &merged, object.body.clone(), f);
+                    shared.cache.insert(&target.url, &parts.headers, obj);
+                    match shared.cache.lookup(&target.url, &parts.headers) {
+                        Some(found) => found,
+                        None => found,
+                    }
+                }
+                None => {
+                    shared
+                        .cache
+                        .invalidate(&target.url, InvalidateCause::NoStore);
+                    found
+                }
+            };
+            serve_stored(
+                shared,
+                txn,
+                &parts,
+                refreshed.object(),
+                ResultCode::TcpRefreshUnmodified,
+                now_after,
+                "fwd=stale; fwd-status=304",
+            )
+        }
+        Ok((resp, _lease))
+            if resp.status().is_server_error()
+                && object.freshness.stale_if_error_allows(now_after) =>
+        {
+            serve_stored(
+                shared,
+                txn,
+                &parts,
+                object,
+                ResultCode::TcpRefreshFailOld,
+                now_after,
+                "hit; fwd=stale; detail=stale-if-error",
+            )
+        }
+        Ok((resp, lease)) => {
+            let mut req_parts = parts;
+            req_parts.headers = client_headers;
+            // The client's own conditionals were replaced by ours; it gets the full response.
+            relay_response(
+                shared,
+                txn,
+                &req_parts,
+                &target,
+                resp,
+                lease,
+                None,
+                ResultCode::TcpRefreshModified,
+                now_after,
+            )
+        }
+        Err(_) if object.freshness.stale_if_error_allows(now_after) => serve_stored(
+            shared,
+            txn,
+            &parts,
+            object,
+            ResultCode::TcpRefreshFailOld,
+            now_after,
+            "hit; fwd=stale; detail=stale-if-error",
+        ),
+        Err(e) => {
+            txn.result = ResultCode::TcpRefreshFailErr;
+            upstream_failed(shared, txn, e)
+        }
+    }
+}
+
+/// stale-while-revalidate: refresh a stored object off the request path.
+fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target, found: Found) {
+    let Collapse::Leader(guard) = shared.cache.collapse(&target.url) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _guard = guard;
+        let object = found.object();
+        let stored = object.header_map();
+        let mut headers = request.clone();
+        for h in [
+            header::IF_NONE_MATCH,
+            header::IF_MODIFIED_SINCE,
+            header::RANGE,
+            header::IF_RANGE,
+        ] {
+            headers.remove(h);
+        }
+        semantics::add_validators(&mut headers, &stored);
+        let up = upstream_request(&shared, Method::GET, &headers, &target, no_body());
+        let Ok((resp, lease)) = shared.upstream.send(&target.host, target.port, up).await else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut parts = Request::get(target.url.as_str())
+            .body(())
+            .map(|r| r.into_parts().0)
+            .unwrap_or_else(|_| Request::new(()).into_parts().0);
+        parts.headers = request;
+        let heuristic = shared.config.cache.heuristic_fraction;
+        if resp.status() == StatusCode::NOT_MODIFIED
+            && semantics::not_modified_matches(&stored, resp.headers())
+        {
+            lease.release();
+            let merged = semantics::merge_not_modified(&stored, resp.headers());
+            if let Some(f) = Freshness::for_exchange(&parts, object.status, &merged, now, heuristic)
+            {
+                shared.cache.insert(
+                    &target.url,
+                    &parts.headers,
+                    CachedObject::new(object.status, &merged, object.body.clone(), f),
+                );
+            }
+            return;
+        }
+        let (mut rparts, body) = resp.into_parts();
+        headers::strip_hop_by_hop(&mut rparts.headers);
+        let Some(f) =
+            Freshness::for_exchange(&parts, rparts.status, &rparts.headers, now, heuristic)
+        else {
+            shared.cache.invalidate(&target.url, InvalidateCause::Stale);
+            return;
+        };
+        if let Ok(collected) = Limited::new(body, shared.config.store.max_object_size as usize)
+            .collect()
+            .await
+        {
+            lease.release();
+            shared.cache.insert(
+                &target.url,
+                &parts.headers,
+                CachedObject::new(rparts.status, &rparts.headers, collected.to_bytes(), f),
+            );
+        }
+    });
+}
+
+/// Methods other than GET and HEAD: relay both ways; a success invalidates the URL
+/// (RFC 9111 §4.4), and the URLs in Location and Content-Location on the same host.
+async fn pass_through(
+    shared: &Arc<Shared>,
+    mut txn: Transaction,
+    parts: request::Parts,
+    body: Incoming,
+    target: Target,
+) -> Response<ProxyBody> {
+    let up = upstream_request(
+        shared,
+        parts.method.clone(),
+        &parts.headers,
+        &target,
+        Either::Left(body),
+    );
+    match shared.upstream.send(&target.host, target.port, up).await {
+        Ok((resp, lease)) => {
+            let safe = matches!(parts.method, Method::OPTIONS | Method::TRACE);
+            if !safe && (resp.status().is_success() || resp.status().is_redirection()) {
+                shared
+                    .cache
+                    .invalidate(&target.url, InvalidateCause::UnsafeMethod);
+                for name in [header::LOCATION, header::CONTENT_LOCATION] {
+                    if let Some(url) = resp
+                        .headers()
+                        .get(&name)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|l| same_host_url(&target, l))
+                    {
+                        shared.cache.invalidate(&url, InvalidateCause::UnsafeMethod);
+                    }
+                }
+            }
+            txn.hierarchy = Hierarchy::HierDirect;
+            txn.peer = Some(target.host.clone());
+            relay_response(
+                shared,
+                txn,
+                &parts,
+                &target,
+                resp,
+                lease,
+                None,
+                ResultCode::TcpMiss,
+                SystemTime::now(),
+            )
+        }
+        Err(e) => upstream_failed(shared, txn, e),
+    }
+}
+
+/// Resolves a Location-style reference against the target; only URLs on the same host count.
+fn same_host_url(target: &Target, reference: &str) -> Option<String> {
+    if reference.starts_with('/') && !reference.starts_with("//") {
+        let base = target.url.len() - target.path.len();
+        return Some(format!("{}{reference}", &target.url[..base]));
+    }
+    let uri: Uri = reference.parse().ok()?;
+    let auth = uri.authority()?;
+    let same = uri.scheme_str() == Some("http")
+        && auth.host().eq_ignore_ascii_case(&target.host)
+        && auth.port_u16().unwrap_or(80) == target.port;
+    same.then(|| {
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        if target.port == 80 {
+            format!("http://{}{path}", target.host)
+        } else {
+            format!("http://{}:{}{path}", target.host, target.port)
+        }
+    })
+}
+
+/// An upstream failure, told to the client.
+fn upstream_failed(shared: &Shared, mut txn: Transaction, e: UpstreamError) -> Response<ProxyBody> {
+    tracing::debug!(url = txn.url(), error = %e, "upstream failed");
+    if txn.result == ResultCode::NoneNone {
+        txn.result = ResultCode::TcpMiss;
+    }
+    let code = txn.result;
+    let token = match e {
+        UpstreamError::Resolve { .. } => "dns-failure",
+        UpstreamError::Connect { .. } => "connect-failed",
+        UpstreamError::ConnectTimeout { .. } | UpstreamError::ReadTimeout { .. } => {
+            "upstream-timeout"
+        }
+        UpstreamError::Protocol { .. } => "upstream-failed",
+    };
+    refuse(shared, txn, e.status(), code, token, &e.to_string())
+}
+
+/// An error response made by the proxy: status, a short text body naming the reason, and
+/// `X-Meshcache-Error` with a stable token.
+pub(crate) fn refuse(
+    shared: &Shared,
+    mut txn: Transaction,
+    status: StatusCode,
+    code: ResultCode,
+    token: &'static str,
+    reason: &str,
+) -> Response<ProxyBody> {
+    let body = Bytes::from(format!("meshcache: {reason}\n"));
+    let mut headers = HeaderMap::with_capacity(6);
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(X_ERROR.clone(), HeaderValue::from_static(token));
+    headers.insert(X_CACHE.clone(), shared.x_cache_miss.clone());
+    headers::append_via(&mut headers, &shared.via);
+    txn.result = code;
+    txn.status = status.as_u16();
+    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
+    txn.head_bytes = head_size(&headers);
+    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// Approximate bytes of a response head on the wire.
+fn head_size(headers: &HeaderMap) -> u64 {
+    17 + headers
+        .iter()
+        .map(|(n, v)| (n.as_str().len() + v.len() + 4) as u64)
+        .sum::<u64>()
+        + 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(url: &str, path: &str) -> Target {
+        let uri: Uri = url.parse().expect("uri");
+        let host = uri.host().expect("host").to_owned();
+        Target {
+            host,
+            port: uri.port_u16().unwrap_or(80),
+            url: url.into(),
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn location_resolution() {
+        let target = t("http://a.test:8080/x/y", "/x/y");
+        assert_eq!(
+            same_host_url(&target, "/z").as_deref(),
+            Some("http://a.test:8080/z")
+        );
+        assert_eq!(
+            same_host_url(&target, "http://A.test:8080/q?1").as_deref(),
+            Some("http://a.test:8080/q?1")
+        );
+        assert_eq!(same_host_url(&target, "http://b.test:8080/q"), None);
+        assert_eq!(same_host_url(&target, "//b.test/q"), None);
+    }
+}

@@ -1,0 +1,104 @@
+//! CONNECT tunnels: only to the configured ports, bytes copied both ways until either side
+//! closes or goes silent; logged as TCP_TUNNEL when the tunnel ends.
+
+use std::sync::Arc;
+
+use http::{request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio_io_timeout::TimeoutStream;
+
+use crate::body::{ProxyBody, Transaction};
+use crate::outcome::{Hierarchy, ResultCode};
+use crate::service::refuse;
+use crate::Shared;
+
+/// Opens a tunnel for a CONNECT request.
+pub(crate) async fn connect(
+    shared: Arc<Shared>,
+    mut txn: Transaction,
+    parts: request::Parts,
+) -> Response<ProxyBody> {
+    let Some(authority) = parts.uri.authority().cloned() else {
+        return refuse(
+            &shared,
+            txn,
+            StatusCode::BAD_REQUEST,
+            ResultCode::NoneNone,
+            "invalid-request",
+            "CONNECT needs host:port",
+        );
+    };
+    let Some(port) = authority.port_u16() else {
+        return refuse(
+            &shared,
+            txn,
+            StatusCode::BAD_REQUEST,
+            ResultCode::NoneNone,
+            "invalid-request",
+            "CONNECT needs host:port",
+        );
+    };
+    if !shared.config.http.connect_ports.contains(&port) {
+        return refuse(
+            &shared,
+            txn,
+            StatusCode::FORBIDDEN,
+            ResultCode::TcpDenied,
+            "connect-port",
+            &format!("CONNECT to port {port} is not allowed (http.connect_ports)"),
+        );
+    }
+    let timeout = shared.config.upstream.connect_timeout;
+    let upstream =
+        match tokio::time::timeout(timeout, TcpStream::connect((authority.host(), port))).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                return refuse(
+                    &shared,
+                    txn,
+                    StatusCode::BAD_GATEWAY,
+                    ResultCode::TcpTunnel,
+                    "connect-failed",
+                    &format!("cannot connect to {authority}: {e}"),
+                )
+            }
+            Err(_) => {
+                return refuse(
+                    &shared,
+                    txn,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ResultCode::TcpTunnel,
+                    "upstream-timeout",
+                    &format!("connection to {authority} timed out"),
+                )
+            }
+        };
+    let _ = upstream.set_nodelay(shared.config.upstream.socket.nodelay);
+    txn.result = ResultCode::TcpTunnel;
+    txn.status = 200;
+    txn.hierarchy = Hierarchy::HierDirect;
+    txn.peer = Some(authority.host().to_owned());
+    let idle = shared.config.http.idle_timeout;
+    let req = http::Request::from_parts(parts, ());
+    tokio::spawn(async move {
+        let mut bytes = 0;
+        match hyper::upgrade::on(req).await {
+            Ok(upgraded) => {
+                let mut client = TokioIo::new(upgraded);
+                let mut upstream = TimeoutStream::new(upstream);
+                upstream.set_read_timeout(Some(idle));
+                let mut upstream = Box::pin(upstream);
+                if let Ok((a, b)) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+                {
+                    bytes = a + b;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+        }
+        txn.finish(bytes);
+    });
+    let mut resp = Response::new(ProxyBody::empty());
+    *resp.status_mut() = StatusCode::OK;
+    resp
+}

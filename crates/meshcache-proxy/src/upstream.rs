@@ -1,0 +1,238 @@
+//! Persistent, pooled HTTP/1.1 connections to upstreams (origins now; parents and siblings
+//! later).
+//!
+//! A request borrows a connection from the pool (or opens one) and gets back a [`Lease`]
+//! along with the response head. The lease goes back to the pool only when the response body
+//! has been read to its end; a body abandoned half-way closes its connection, so a reused
+//! connection never carries leftovers of an earlier response. A request that fails on a reused
+//! connection before any of it was processed (the origin closed the idle connection at the
+//! same moment) is retried once on a fresh connection, as RFC 9112 §9.3.1 allows.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::net::TcpSocket;
+use tokio_io_timeout::TimeoutStream;
+
+use crate::config::{SocketOptions, UpstreamConfig};
+use crate::error::UpstreamError;
+use crate::metrics::Metrics;
+
+/// Body of a request sent upstream: the client's, streamed, or none.
+pub type UpBody = Either<Incoming, Empty<Bytes>>;
+
+/// An empty upstream request body.
+pub fn no_body() -> UpBody {
+    Either::Right(Empty::new())
+}
+
+struct Idle {
+    sender: SendRequest<UpBody>,
+    since: Instant,
+}
+
+struct PoolInner {
+    idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
+    config: UpstreamConfig,
+    metrics: Arc<Metrics>,
+}
+
+/// The upstream connection pool.
+#[derive(Clone)]
+pub struct Upstream {
+    inner: Arc<PoolInner>,
+}
+
+/// A connection on loan for one exchange. Call [`Lease::release`] once the response body
+/// has been read to its end; dropping the lease closes the connection instead.
+pub struct Lease {
+    sender: Option<SendRequest<UpBody>>,
+    key: Arc<str>,
+    pool: Arc<PoolInner>,
+}
+
+impl Lease {
+    /// Gives the connection back to the pool for reuse.
+    pub fn release(mut self) {
+        let Some(sender) = self.sender.take() else {
+            return;
+        };
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.pool.idle.lock();
+        let list = idle.entry(self.key.clone()).or_default();
+        if list.len() < self.pool.config.max_idle_per_host {
+            list.push(Idle {
+                sender,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
+impl Upstream {
+    /// A pool with the given settings.
+    pub fn new(config: UpstreamConfig, metrics: Arc<Metrics>) -> Self {
+        Upstream {
+            inner: Arc::new(PoolInner {
+                idle: Mutex::new(HashMap::new()),
+                config,
+                metrics,
+            }),
+        }
+    }
+
+    /// Drops idle connections older than the idle timeout; run it now and then.
+    pub fn sweep(&self) {
+        let max = self.inner.config.idle_timeout;
+        let mut idle = self.inner.idle.lock();
+        idle.retain(|_, list| {
+            list.retain(|c| c.since.elapsed() < max && !c.sender.is_closed());
+            !list.is_empty()
+        });
+    }
+
+    /// Idle connections held, over all hosts.
+    pub fn idle_connections(&self) -> usize {
+        self.inner.idle.lock().values().map(Vec::len).sum()
+    }
+
+    fn take_idle(&self, key: &str) -> Option<SendRequest<UpBody>> {
+        let max = self.inner.config.idle_timeout;
+        let mut idle = self.inner.idle.lock();
+        let list = idle.get_mut(key)?;
+        while let Some(c) = list.pop() {
+            if !c.sender.is_closed() && c.since.elapsed() < max && c.sender.is_ready() {
+                return Some(c.sender);
+            }
+        }
+        None
+    }
+
+    /// Sends `req` to `host:port`, returning the response head and the connection's lease.
+    pub async fn send(
+        &self,
+        host: &str,
+        port: u16,
+        mut req: Request<UpBody>,
+    ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
+        let key: Arc<str> = Arc::from(format!("{host}:{port}"));
+        if let Some(mut sender) = self.take_idle(&key) {
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    self.inner
+                        .metrics
+                        .upstream_connections_reused
+                        .fetch_add(1, Relaxed);
+                    return Ok((resp, self.lease(sender, key)));
+                }
+                Err(mut e) => match e.take_message() {
+                    // Not sent: the pooled connection died under us. Retry on a new one.
+                    Some(returned) => req = returned,
+                    None => {
+                        return Err(self.failed(UpstreamError::from_hyper(host, e.into_error())))
+                    }
+                },
+            }
+        }
+        let mut sender = self.connect(host, port).await.map_err(|e| self.failed(e))?;
+        match sender.send_request(req).await {
+            Ok(resp) => Ok((resp, self.lease(sender, key))),
+            Err(e) => Err(self.failed(UpstreamError::from_hyper(host, e))),
+        }
+    }
+
+    fn failed(&self, e: UpstreamError) -> UpstreamError {
+        self.inner.metrics.upstream_errors.fetch_add(1, Relaxed);
+        e
+    }
+
+    fn lease(&self, sender: SendRequest<UpBody>, key: Arc<str>) -> Lease {
+        Lease {
+            sender: Some(sender),
+            key,
+            pool: self.inner.clone(),
+        }
+    }
+
+    async fn connect(&self, host: &str, port: u16) -> Result<SendRequest<UpBody>, UpstreamError> {
+        let cfg = &self.inner.config;
+        let connect =
+            async {
+                let mut last = None;
+                for addr in tokio::net::lookup_host((host, port)).await.map_err(|e| {
+                    UpstreamError::Resolve {
+                        host: host.to_owned(),
+                        source: e,
+                    }
+                })? {
+                    let socket = if addr.is_ipv4() {
+                        TcpSocket::new_v4()
+                    } else {
+                        TcpSocket::new_v6()
+                    };
+                    let attempt = async {
+                        let socket = socket?;
+                        apply_socket_options(&socket, &cfg.socket)?;
+                        let stream = socket.connect(addr).await?;
+                        stream.set_nodelay(cfg.socket.nodelay)?;
+                        Ok::<_, std::io::Error>(stream)
+                    };
+                    match attempt.await {
+                        Ok(stream) => return Ok(stream),
+                        Err(e) => last = Some(e),
+                    }
+                }
+                Err(UpstreamError::Connect {
+                    host: host.to_owned(),
+                    source: last.unwrap_or_else(|| std::io::Error::other("no addresses")),
+                })
+            };
+        let stream = tokio::time::timeout(cfg.connect_timeout, connect)
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout {
+                host: host.to_owned(),
+            })??;
+        self.inner
+            .metrics
+            .upstream_connections_opened
+            .fetch_add(1, Relaxed);
+        let mut stream = TimeoutStream::new(stream);
+        stream.set_read_timeout(Some(cfg.read_timeout));
+        stream.set_write_timeout(Some(cfg.read_timeout));
+        let (sender, conn) = http1::Builder::new()
+            .handshake(TokioIo::new(Box::pin(stream)))
+            .await
+            .map_err(|e| UpstreamError::from_hyper(host, e))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream connection ended");
+            }
+        });
+        Ok(sender)
+    }
+}
+
+/// Applies buffer sizes before connect/listen (so window scaling is negotiated to match).
+pub fn apply_socket_options(socket: &TcpSocket, opts: &SocketOptions) -> std::io::Result<()> {
+    if let Some(n) = opts.send_buffer {
+        socket.set_send_buffer_size(u32::try_from(n).unwrap_or(u32::MAX))?;
+    }
+    if let Some(n) = opts.recv_buffer {
+        socket.set_recv_buffer_size(u32::try_from(n).unwrap_or(u32::MAX))?;
+    }
+    Ok(())
+}
+
+/// How often the pool's idle list is swept.
+pub const SWEEP_INTERVAL: Duration = Duration::from_secs(5);

@@ -1,0 +1,114 @@
+//! The `meshcache` command: runs a proxy node and the operator tools.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use meshcache_proxy::{Config, Listeners, Proxy, DEFAULT_CONFIG};
+
+/// meshcache: a cooperative web proxy cache.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a proxy node (with no -c: the embedded default, 127.0.0.1:3128).
+    Run {
+        /// TOML config file.
+        #[arg(short, long)]
+        config: Option<PathBuf>,
+    },
+    /// Print or check configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the commented default config.
+    Default,
+    /// Validate a config file.
+    Check {
+        /// TOML config file.
+        file: PathBuf,
+    },
+}
+
+fn load(path: &PathBuf) -> anyhow::Result<Config> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Config::from_toml(&text).with_context(|| format!("{} is not a valid config", path.display()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Config {
+            command: ConfigCommand::Default,
+        } => {
+            print!("{DEFAULT_CONFIG}");
+            Ok(())
+        }
+        Command::Config {
+            command: ConfigCommand::Check { file },
+        } => load(&file).map(|_| println!("{}: ok", file.display())),
+        Command::Run { config } => run(config),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("meshcache: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MESHCACHE_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match &config {
+        Some(path) => load(path)?,
+        None => Config::from_toml(DEFAULT_CONFIG).context("embedded default config")?,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let listeners = Listeners::bind(&config)?;
+        let proxy = Proxy::new(config)?;
+        proxy.serve(listeners, shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
