@@ -91,17 +91,19 @@ impl AccessRecord<'_> {
 /// A buffered access-log file.
 pub struct AccessLog {
     out: Mutex<(BufWriter<File>, String)>,
+    write_through: bool,
 }
 
 impl AccessLog {
-    /// Opens (appending) the log file.
-    pub fn open(path: &Path) -> std::io::Result<AccessLog> {
+    /// Opens (appending) the log file; `write_through` writes each line at once.
+    pub fn open(path: &Path, write_through: bool) -> std::io::Result<AccessLog> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(AccessLog {
             out: Mutex::new((
                 BufWriter::with_capacity(64 * 1024, file),
                 String::with_capacity(256),
             )),
+            write_through,
         })
     }
 
@@ -112,7 +114,9 @@ impl AccessLog {
         let (writer, line) = &mut *guard;
         line.clear();
         record.write_line(line);
-        if let Err(e) = writer.write_all(line.as_bytes()) {
+        let written = writer.write_all(line.as_bytes());
+        let written = if self.write_through { written.and_then(|()| writer.flush()) } else { written };
+        if let Err(e) = written {
             tracing::warn!(error = %e, "access log write failed");
         }
     }

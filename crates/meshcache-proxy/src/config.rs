@@ -229,12 +229,16 @@ impl Default for AdminConfig {
 pub struct LogConfig {
     /// Access log in Squid's native format; unset disables it.
     pub access: Option<PathBuf>,
+    /// How often buffered log lines are written out; `0s` writes every line at once.
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             access: Some(PathBuf::from("access.log")),
+            flush_interval: Duration::from_secs(1),
         }
     }
 }

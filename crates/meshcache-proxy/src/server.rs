@@ -87,7 +87,7 @@ impl Proxy {
         config.validate()?;
         let log = match &config.log.access {
             Some(path) => Some(
-                AccessLog::open(path).map_err(|source| ProxyError::AccessLog {
+                AccessLog::open(path, config.log.flush_interval.is_zero()).map_err(|source| ProxyError::AccessLog {
                     path: path.clone(),
                     source,
                 })?,
@@ -320,21 +320,20 @@ async fn admin_loop(shared: Arc<Shared>, listener: TcpListener, mut stop: watch:
     }
 }
 
-/// Once a second: flush the access log; now and then: drop expired idle upstream connections.
+/// Flushes the access log and drops expired idle upstream connections, periodically.
 async fn housekeeping(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut n: u64 = 0;
+    let flush_every = shared.config.log.flush_interval;
+    let mut flush = tokio::time::interval(if flush_every.is_zero() { SWEEP_INTERVAL } else { flush_every });
+    let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = flush.tick() => {
+                if let Some(log) = &shared.log {
+                    log.flush();
+                }
+            }
+            _ = sweep.tick() => shared.upstream.sweep(),
             _ = stop.changed() => return,
-        }
-        n += 1;
-        if let Some(log) = &shared.log {
-            log.flush();
-        }
-        if n % SWEEP_INTERVAL.as_secs() == 0 {
-            shared.upstream.sweep();
         }
     }
 }
