@@ -115,7 +115,11 @@ impl AccessLog {
         line.clear();
         record.write_line(line);
         let written = writer.write_all(line.as_bytes());
-        let written = if self.write_through { written.and_then(|()| writer.flush()) } else { written };
+        let written = if self.write_through {
+            written.and_then(|()| writer.flush())
+        } else {
+            written
+        };
         if let Err(e) = written {
             tracing::warn!(error = %e, "access log write failed");
         }

@@ -169,12 +169,17 @@ pub struct Relay {
 impl Relay {
     /// Relays `inner`, optionally capturing it, returning `lease` to the pool at its end.
     pub fn new(inner: Incoming, capture: Option<Capture>, lease: Lease) -> Self {
-        Relay {
+        let mut relay = Relay {
             inner,
             capture,
             lease: Some(lease),
             done: false,
+        };
+        // An empty body (Content-Length: 0, 304, HEAD) may never be polled: finish it now.
+        if relay.inner.is_end_stream() {
+            relay.end();
         }
+        relay
     }
 
     fn end(&mut self) {

@@ -153,7 +153,8 @@ impl Freshness {
         }
         let age = self.age(now);
         let ttl = self.ttl(now);
-        if req.max_age.is_some_and(|max| age > max) {
+        // Ages are whole seconds, so `max-age=0` (a reload) always validates.
+        if req.max_age.is_some_and(|max| max == 0 || age > max) {
             return Usability::MustValidate;
         }
         if req.min_fresh.is_some_and(|min| ttl < min as i64) {

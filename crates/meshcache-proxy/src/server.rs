@@ -87,9 +87,11 @@ impl Proxy {
         config.validate()?;
         let log = match &config.log.access {
             Some(path) => Some(
-                AccessLog::open(path, config.log.flush_interval.is_zero()).map_err(|source| ProxyError::AccessLog {
-                    path: path.clone(),
-                    source,
+                AccessLog::open(path, config.log.flush_interval.is_zero()).map_err(|source| {
+                    ProxyError::AccessLog {
+                        path: path.clone(),
+                        source,
+                    }
                 })?,
             ),
             None => None,
@@ -323,7 +325,11 @@ async fn admin_loop(shared: Arc<Shared>, listener: TcpListener, mut stop: watch:
 /// Flushes the access log and drops expired idle upstream connections, periodically.
 async fn housekeeping(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let flush_every = shared.config.log.flush_interval;
-    let mut flush = tokio::time::interval(if flush_every.is_zero() { SWEEP_INTERVAL } else { flush_every });
+    let mut flush = tokio::time::interval(if flush_every.is_zero() {
+        SWEEP_INTERVAL
+    } else {
+        flush_every
+    });
     let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
     loop {
         tokio::select! {

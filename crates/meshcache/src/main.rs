@@ -28,6 +28,21 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// The evaluation lab's emulators.
+    Lab {
+        #[command(subcommand)]
+        command: LabCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// Run the origin emulator: responses shaped by the query string (?size=N&cc=...).
+    Origin {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+    },
 }
 
 #[derive(Subcommand)]
@@ -60,6 +75,9 @@ fn main() -> ExitCode {
             command: ConfigCommand::Check { file },
         } => load(&file).map(|_| println!("{}: ok", file.display())),
         Command::Run { config } => run(config),
+        Command::Lab {
+            command: LabCommand::Origin { listen },
+        } => lab_origin(listen),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -70,7 +88,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
+fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MESHCACHE_LOG")
@@ -78,15 +96,29 @@ fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn lab_origin(listen: std::net::SocketAddr) -> anyhow::Result<()> {
+    init_tracing();
+    runtime()?
+        .block_on(meshcache_lab::run_origin(listen))
+        .with_context(|| format!("origin emulator on {listen}"))
+}
+
+fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
+    init_tracing();
     let config = match &config {
         Some(path) => load(path)?,
         None => Config::from_toml(DEFAULT_CONFIG).context("embedded default config")?,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    runtime()?.block_on(async {
         let listeners = Listeners::bind(&config)?;
         let proxy = Proxy::new(config)?;
         proxy.serve(listeners, shutdown_signal()).await?;

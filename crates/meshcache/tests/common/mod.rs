@@ -1,0 +1,206 @@
+//! Test harness: a real proxy on an ephemeral loopback port, a real origin, and small clients.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use meshcache_proxy::{Config, Listeners, Proxy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+/// A running proxy.
+pub struct Node {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub log: PathBuf,
+    pub proxy: Arc<Proxy>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts a proxy on 127.0.0.1:0 with the access log written through, after `tweak`.
+pub async fn node(tweak: impl FnOnce(&mut Config)) -> Node {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    let mut config = Config::default();
+    config.name = "testcache".into();
+    config.http.listen = vec!["127.0.0.1:0".parse().expect("addr")];
+    config.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    config.log.access = Some(log.clone());
+    config.log.flush_interval = Duration::ZERO;
+    tweak(&mut config);
+    let listeners = Listeners::bind(&config).expect("bind");
+    let addr = listeners.http[0].local_addr().expect("addr");
+    let admin = listeners
+        .admin
+        .as_ref()
+        .expect("admin")
+        .local_addr()
+        .expect("addr");
+    let proxy = Arc::new(Proxy::new(config).expect("proxy"));
+    let (tx, rx) = oneshot::channel::<()>();
+    let p = proxy.clone();
+    let task = tokio::spawn(async move {
+        p.serve(listeners, async {
+            let _ = rx.await;
+        })
+        .await
+        .expect("serve");
+    });
+    Node {
+        addr,
+        admin,
+        log,
+        proxy,
+        stop: Some(tx),
+        task: Some(task),
+        _dir: dir,
+    }
+}
+
+impl Node {
+    /// Stops the proxy and waits for it to drain.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(15), task)
+                .await
+                .expect("stopped in time")
+                .expect("joined");
+        }
+    }
+
+    /// The access log's lines, once there are at least `n` (waits up to 5 s).
+    pub async fn log_lines(&self, n: usize) -> Vec<String> {
+        for _ in 0..500 {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            if lines.len() >= n {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "access log never reached {n} lines: {:?}",
+            std::fs::read_to_string(&self.log)
+        );
+    }
+
+    /// The Squid result code (e.g. "TCP_MISS/200") of log line `n` (1-based).
+    pub async fn log_code(&self, n: usize) -> String {
+        let lines = self.log_lines(n).await;
+        lines[n - 1]
+            .split_whitespace()
+            .nth(3)
+            .expect("code field")
+            .to_owned()
+    }
+
+    /// GET on the admin listener.
+    pub async fn admin_get(&self, path: &str) -> Reply {
+        let req = Request::get(path)
+            .header("host", self.admin.to_string())
+            .body(Empty::<Bytes>::new())
+            .expect("req");
+        send(self.admin, req).await
+    }
+
+    /// `/stats` as JSON.
+    pub async fn stats(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.admin_get("/stats").await.body).expect("stats json")
+    }
+}
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+    /// "HIT" or "MISS" from X-Cache.
+    pub fn x_cache(&self) -> &str {
+        self.header("x-cache")
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+    }
+}
+
+/// Sends `req` on a new connection to `addr` and reads the whole response.
+pub async fn send(addr: SocketAddr, req: Request<Empty<Bytes>>) -> Reply {
+    let fut = async {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        let resp = sender.send_request(req).await.expect("response");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Reply {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .expect("request finished in time")
+}
+
+/// A proxy request: method, absolute URL, extra headers.
+pub async fn request(
+    proxy: SocketAddr,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let uri: http::Uri = url.parse().expect("url");
+    let mut b = Request::builder()
+        .method(method)
+        .uri(url)
+        .header("host", uri.authority().expect("authority").as_str());
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    send(proxy, b.body(Empty::new()).expect("request")).await
+}
+
+/// GET through the proxy.
+pub async fn get(proxy: SocketAddr, url: &str) -> Reply {
+    request(proxy, "GET", url, &[]).await
+}
+
+/// Writes raw bytes and reads until the server closes or 5 s pass.
+pub async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(bytes).await.expect("write");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An ephemeral loopback port that nothing listens on.
+pub async fn dead_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    l.local_addr().expect("addr")
+}

@@ -1,0 +1,772 @@
+//! The caching rules, one scenario each, as a table: each step sends a request through a fresh
+//! proxy to a real origin and checks the status, `X-Cache`, the access-log code and how many
+//! times the origin was hit.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{node, request};
+use meshcache_lab::Origin;
+
+struct Step {
+    method: &'static str,
+    /// Origin path and query.
+    path: &'static str,
+    headers: &'static [(&'static str, &'static str)],
+    /// Pause before sending.
+    wait_ms: u64,
+    status: u16,
+    /// Expected X-Cache verdict.
+    x_cache: &'static str,
+    /// Expected Squid result code in the access log.
+    log: &'static str,
+    /// Origin requests for `path` after this step.
+    origin_hits: u64,
+    /// A header that must be present with this value (or prefix, when ending in '*').
+    expect_header: Option<(&'static str, &'static str)>,
+    /// Body length expected.
+    body_len: Option<usize>,
+}
+
+const fn step(
+    method: &'static str,
+    path: &'static str,
+    status: u16,
+    x_cache: &'static str,
+    log: &'static str,
+    origin_hits: u64,
+) -> Step {
+    Step {
+        method,
+        path,
+        headers: &[],
+        wait_ms: 0,
+        status,
+        x_cache,
+        log,
+        origin_hits,
+        expect_header: None,
+        body_len: None,
+    }
+}
+
+impl Step {
+    const fn with(mut self, headers: &'static [(&'static str, &'static str)]) -> Self {
+        self.headers = headers;
+        self
+    }
+    const fn after(mut self, ms: u64) -> Self {
+        self.wait_ms = ms;
+        self
+    }
+    const fn expect(mut self, name: &'static str, value: &'static str) -> Self {
+        self.expect_header = Some((name, value));
+        self
+    }
+    const fn len(mut self, n: usize) -> Self {
+        self.body_len = Some(n);
+        self
+    }
+}
+
+const GET: &str = "GET";
+
+fn scenarios() -> Vec<(&'static str, Vec<Step>)> {
+    vec![
+        (
+            "max-age: fresh response is served from the store",
+            vec![
+                step(
+                    GET,
+                    "/a?size=100&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .len(100),
+                step(
+                    GET,
+                    "/a?size=100&cc=max-age=60",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .len(100)
+                .expect("age", "0"),
+            ],
+        ),
+        (
+            "s-maxage overrides max-age for a shared cache",
+            vec![
+                step(
+                    GET,
+                    "/b?cc=max-age=60,s-maxage=0&etag=v1",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/b?cc=max-age=60,s-maxage=0&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    2,
+                ),
+            ],
+        ),
+        (
+            "Expires in the future is fresh",
+            vec![
+                step(GET, "/c?expires=60", 200, "MISS", "TCP_MISS/200", 1),
+                step(GET, "/c?expires=60", 200, "HIT", "TCP_MEM_HIT/200", 1),
+            ],
+        ),
+        (
+            "Expires in the past without validators is not kept",
+            vec![
+                step(GET, "/d?expires=-10", 200, "MISS", "TCP_MISS/200", 1),
+                step(GET, "/d?expires=-10", 200, "MISS", "TCP_MISS/200", 2),
+            ],
+        ),
+        (
+            "heuristic freshness from Last-Modified",
+            vec![
+                step(GET, "/e?lm=100000", 200, "MISS", "TCP_MISS/200", 1),
+                step(GET, "/e?lm=100000", 200, "HIT", "TCP_MEM_HIT/200", 1),
+            ],
+        ),
+        (
+            "Age from upstream counts against freshness",
+            vec![
+                step(
+                    GET,
+                    "/f?cc=max-age=60&hdr=Age:50",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/f?cc=max-age=60&hdr=Age:50",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .expect("age", "5*"),
+                step(
+                    GET,
+                    "/f?cc=max-age=60&hdr=Age:50",
+                    200,
+                    "MISS",
+                    "TCP_REFRESH_MODIFIED/200",
+                    2,
+                )
+                .with(&[("cache-control", "max-age=40")])
+                .expect("x-origin-count", "2"),
+            ],
+        ),
+        (
+            "no-store is never stored",
+            vec![
+                step(
+                    GET,
+                    "/g?cc=no-store,max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/g?cc=no-store,max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    2,
+                ),
+            ],
+        ),
+        (
+            "private is not stored by a shared cache",
+            vec![
+                step(
+                    GET,
+                    "/h?cc=private,max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/h?cc=private,max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    2,
+                ),
+            ],
+        ),
+        (
+            "no-cache response: stored, revalidated every time, 304 headers merged",
+            vec![
+                step(
+                    GET,
+                    "/i?cc=no-cache&etag=v1&size=10",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/i?cc=no-cache&etag=v1&size=10",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    2,
+                )
+                .len(10)
+                .expect("x-origin-count", "2"),
+            ],
+        ),
+        (
+            "must-revalidate forbids serving stale even when the client allows it",
+            vec![
+                step(
+                    GET,
+                    "/j?cc=max-age=1,must-revalidate&etag=v1",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/j?cc=max-age=1,must-revalidate&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    2,
+                )
+                .after(2100)
+                .with(&[("cache-control", "max-stale=100")]),
+            ],
+        ),
+        (
+            "Authorization: not stored unless public",
+            vec![
+                step(GET, "/k?cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1)
+                    .with(&[("authorization", "Basic dTpw")]),
+                step(GET, "/k?cc=max-age=60", 200, "MISS", "TCP_MISS/200", 2)
+                    .with(&[("authorization", "Basic dTpw")]),
+                step(
+                    GET,
+                    "/k2?cc=max-age=60,public",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .with(&[("authorization", "Basic dTpw")]),
+                step(
+                    GET,
+                    "/k2?cc=max-age=60,public",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .with(&[("authorization", "Basic dTpw")]),
+            ],
+        ),
+        (
+            "Vary: one stored variant per Accept-Encoding",
+            vec![
+                step(
+                    GET,
+                    "/l?cc=max-age=60&vary=Accept-Encoding",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .with(&[("accept-encoding", "gzip")]),
+                step(
+                    GET,
+                    "/l?cc=max-age=60&vary=Accept-Encoding",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .with(&[("accept-encoding", "gzip")]),
+                step(
+                    GET,
+                    "/l?cc=max-age=60&vary=Accept-Encoding",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    2,
+                )
+                .with(&[("accept-encoding", "br")]),
+                step(
+                    GET,
+                    "/l?cc=max-age=60&vary=Accept-Encoding",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    2,
+                )
+                .with(&[("accept-encoding", "br")]),
+            ],
+        ),
+        (
+            "Vary: * is never reused",
+            vec![
+                step(
+                    GET,
+                    "/l2?cc=max-age=60&vary=*",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/l2?cc=max-age=60&vary=*",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    2,
+                ),
+            ],
+        ),
+        (
+            "an unsafe method invalidates the URL",
+            vec![
+                step(GET, "/m?cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1),
+                step("POST", "/m?cc=max-age=60", 200, "MISS", "TCP_MISS/200", 2),
+                step(GET, "/m?cc=max-age=60", 200, "MISS", "TCP_MISS/200", 3),
+                step(GET, "/m?cc=max-age=60", 200, "HIT", "TCP_MEM_HIT/200", 3),
+            ],
+        ),
+        (
+            "HEAD and Range are served from the full stored object",
+            vec![
+                step(
+                    GET,
+                    "/n?size=1000&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .len(1000),
+                step(
+                    "HEAD",
+                    "/n?size=1000&cc=max-age=60",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .len(0)
+                .expect("content-length", "1000"),
+                step(
+                    GET,
+                    "/n?size=1000&cc=max-age=60",
+                    206,
+                    "HIT",
+                    "TCP_MEM_HIT/206",
+                    1,
+                )
+                .with(&[("range", "bytes=10-19")])
+                .len(10)
+                .expect("content-range", "bytes 10-19/1000"),
+                step(
+                    GET,
+                    "/n?size=1000&cc=max-age=60",
+                    416,
+                    "HIT",
+                    "TCP_MEM_HIT/416",
+                    1,
+                )
+                .with(&[("range", "bytes=5000-")]),
+            ],
+        ),
+        (
+            "a Range miss is relayed, not stored",
+            vec![
+                step(
+                    GET,
+                    "/n2?size=1000&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .with(&[("range", "bytes=0-9")]),
+                step(
+                    GET,
+                    "/n2?size=1000&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    2,
+                ),
+            ],
+        ),
+        (
+            "request max-age=0 and no-cache force revalidation",
+            vec![
+                step(
+                    GET,
+                    "/o?cc=max-age=60&etag=v1",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/o?cc=max-age=60&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    2,
+                )
+                .with(&[("cache-control", "max-age=0")]),
+                step(
+                    GET,
+                    "/o?cc=max-age=60&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    3,
+                )
+                .with(&[("pragma", "no-cache")]),
+                step(
+                    GET,
+                    "/o?cc=max-age=60&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    3,
+                ),
+            ],
+        ),
+        (
+            "min-fresh asks for more freshness than is left",
+            vec![
+                step(
+                    GET,
+                    "/p?cc=max-age=60&etag=v1",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/p?cc=max-age=60&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    2,
+                )
+                .with(&[("cache-control", "min-fresh=120")]),
+            ],
+        ),
+        (
+            "max-stale accepts a stale response",
+            vec![
+                step(
+                    GET,
+                    "/q?cc=max-age=1&etag=v1",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/q?cc=max-age=1&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .after(2100)
+                .with(&[("cache-control", "max-stale=60")]),
+                step(
+                    GET,
+                    "/q?cc=max-age=1&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    2,
+                ),
+            ],
+        ),
+        (
+            "only-if-cached: 504 on a miss, served when stored",
+            vec![
+                step(GET, "/r?cc=max-age=60", 504, "MISS", "TCP_MISS/504", 0)
+                    .with(&[("cache-control", "only-if-cached")]),
+                step(GET, "/r?cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1),
+                step(GET, "/r?cc=max-age=60", 200, "HIT", "TCP_MEM_HIT/200", 1)
+                    .with(&[("cache-control", "only-if-cached")]),
+            ],
+        ),
+        (
+            "stale-while-revalidate serves stale and refreshes in the background",
+            vec![
+                step(
+                    GET,
+                    "/s?cc=max-age=1,stale-while-revalidate=60&etag=v1",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/s?cc=max-age=1,stale-while-revalidate=60&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_STALE_HIT/200",
+                    1,
+                )
+                .after(2100),
+                step(
+                    GET,
+                    "/s?cc=max-age=1,stale-while-revalidate=60&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    2,
+                )
+                .after(300),
+            ],
+        ),
+        (
+            "client conditionals are answered from the store",
+            vec![
+                step(
+                    GET,
+                    "/t?cc=max-age=60&etag=v1&lm=1000",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/t?cc=max-age=60&etag=v1&lm=1000",
+                    304,
+                    "HIT",
+                    "TCP_INM_HIT/304",
+                    1,
+                )
+                .with(&[("if-none-match", "\"v1\"")])
+                .len(0),
+                step(
+                    GET,
+                    "/t?cc=max-age=60&etag=v1&lm=1000",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .with(&[("if-none-match", "\"v2\"")]),
+            ],
+        ),
+        (
+            "a changed object replaces the stored one on revalidation",
+            vec![
+                step(
+                    GET,
+                    "/u?cc=no-cache&etag=v1",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/u?cc=no-cache&etag=v1",
+                    200,
+                    "HIT",
+                    "TCP_REFRESH_UNMODIFIED/200",
+                    2,
+                ),
+            ],
+        ),
+        (
+            "uncacheable statuses and chunked bodies",
+            vec![
+                step(
+                    GET,
+                    "/w?status=500&cc=max-age=60",
+                    500,
+                    "MISS",
+                    "TCP_MISS/500",
+                    1,
+                ),
+                step(
+                    GET,
+                    "/w?status=500&cc=max-age=60",
+                    500,
+                    "MISS",
+                    "TCP_MISS/500",
+                    2,
+                ),
+                step(
+                    GET,
+                    "/x?size=70000&chunked=1&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .len(70000),
+                step(
+                    GET,
+                    "/x?size=70000&chunked=1&cc=max-age=60",
+                    200,
+                    "HIT",
+                    "TCP_MEM_HIT/200",
+                    1,
+                )
+                .len(70000),
+            ],
+        ),
+        (
+            "objects over max_object_size are relayed whole but not stored",
+            vec![
+                step(
+                    GET,
+                    "/y?size=300000&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .len(300000),
+                step(
+                    GET,
+                    "/y?size=300000&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    2,
+                )
+                .len(300000),
+                step(
+                    GET,
+                    "/y2?size=300000&chunked=1&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    1,
+                )
+                .len(300000),
+                step(
+                    GET,
+                    "/y2?size=300000&chunked=1&cc=max-age=60",
+                    200,
+                    "MISS",
+                    "TCP_MISS/200",
+                    2,
+                )
+                .len(300000),
+            ],
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caching_rules() {
+    // Scenarios run concurrently, each with its own proxy and origin.
+    let mut tasks = Vec::new();
+    for (name, steps) in scenarios() {
+        tasks.push(tokio::spawn(async move { run(name, steps).await }));
+    }
+    let mut failures = Vec::new();
+    for t in tasks {
+        if let Err(e) = t.await.expect("scenario task") {
+            failures.push(e);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} scenario(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+async fn run(name: &str, steps: Vec<Step>) -> Result<(), String> {
+    let origin = Origin::start().await.map_err(|e| e.to_string())?;
+    let proxy = node(|c| c.store.max_object_size = 200_000).await;
+    for (i, s) in steps.iter().enumerate() {
+        let at = format!("[{name}] step {} ({} {})", i + 1, s.method, s.path);
+        if s.wait_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(s.wait_ms)).await;
+        }
+        let reply = request(proxy.addr, s.method, &origin.url(s.path), s.headers).await;
+        let code = proxy.log_code(i + 1).await;
+        let hits = origin.hits(s.path);
+        let mut problems = Vec::new();
+        if reply.status != s.status {
+            problems.push(format!("status {} != {}", reply.status, s.status));
+        }
+        if reply.x_cache() != s.x_cache {
+            problems.push(format!(
+                "X-Cache {:?} != {}",
+                reply.header("x-cache"),
+                s.x_cache
+            ));
+        }
+        if code != s.log {
+            problems.push(format!("log {code} != {}", s.log));
+        }
+        if hits != s.origin_hits {
+            problems.push(format!("origin hits {hits} != {}", s.origin_hits));
+        }
+        if let Some((h, want)) = s.expect_header {
+            let got = reply.header(h);
+            let ok = match want.strip_suffix('*') {
+                Some(prefix) => got.starts_with(prefix),
+                None => got == want,
+            };
+            if !ok {
+                problems.push(format!("{h}: {got:?} != {want:?}"));
+            }
+        }
+        if let Some(n) = s.body_len {
+            if reply.body.len() != n {
+                problems.push(format!("body {} bytes != {n}", reply.body.len()));
+            } else if n > 0 && reply.status == 200 && reply.body != meshcache_lab::expected_body(n)
+            {
+                problems.push("body content differs from the origin's".into());
+            }
+        }
+        if !reply.header("via").contains("testcache") {
+            problems.push(format!("Via {:?} lacks our name", reply.header("via")));
+        }
+        if !problems.is_empty() {
+            return Err(format!("{at}: {}", problems.join("; ")));
+        }
+    }
+    proxy.stop().await;
+    Ok(())
+}
