@@ -78,6 +78,22 @@ pub(crate) async fn handle(
             "access denied: your address is not allowed to use this proxy",
         ));
     }
+    let head_bytes = parts.uri.to_string().len()
+        + parts
+            .headers
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len() + 4)
+            .sum::<usize>();
+    if head_bytes as u64 > shared.config.http.max_header_bytes {
+        return Ok(refuse(
+            &shared,
+            txn,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ResultCode::NoneNone,
+            "request-too-large",
+            "the request head is larger than http.max_header_bytes",
+        ));
+    }
     if parts.method == Method::CONNECT {
         return Ok(tunnel::connect(shared, txn, parts).await);
     }
@@ -814,6 +830,10 @@ pub(crate) fn refuse(
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_ERROR.clone(), HeaderValue::from_static(token));
+    if code == ResultCode::NoneNone || status == StatusCode::LOOP_DETECTED {
+        // The client speaks HTTP wrongly to us: do not trust the rest of the connection.
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     headers.insert(X_CACHE.clone(), shared.x_cache_miss.clone());
     headers::append_via(&mut headers, &shared.via);
     txn.result = code;

@@ -1,0 +1,405 @@
+//! The proxy's behaviour beyond the caching rules: collapsed forwarding, persistent upstream
+//! connections, security limits, timeouts, tunnels, shutdown and metrics. Real sockets on
+//! loopback, a real origin.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{dead_port, get, node, raw, request};
+use meshcache_lab::Origin;
+use meshcache_store::StoreEvent;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_collapse_into_one_fetch() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let path = "/slow?delay_ms=300&size=5000&cc=max-age=60";
+    let url = origin.url(path);
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let url = url.clone();
+        let addr = proxy.addr;
+        tasks.push(tokio::spawn(async move { get(addr, &url).await }));
+    }
+    for t in tasks {
+        let r = t.await.expect("task");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, meshcache_lab::expected_body(5000));
+    }
+    assert_eq!(
+        origin.hits(path),
+        1,
+        "one upstream fetch for 20 concurrent misses"
+    );
+    let stats = proxy.stats().await;
+    assert_eq!(stats["collapsed"], 19);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn upstream_connections_are_persistent() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    for i in 0..5 {
+        let r = get(proxy.addr, &origin.url(&format!("/p{i}?size=10"))).await;
+        assert_eq!(r.status, 200);
+    }
+    let stats = proxy.stats().await;
+    assert_eq!(stats["upstream_connections_opened"], 1, "{stats}");
+    assert_eq!(stats["upstream_connections_reused"], 4, "{stats}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn clients_outside_the_acl_are_refused() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|c| c.http.allow = vec!["10.0.0.0/8".parse().expect("cidr")]).await;
+    let r = get(proxy.addr, &origin.url("/x?size=10")).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("x-meshcache-error"), "access-denied");
+    assert_eq!(origin.total(), 0);
+    assert_eq!(proxy.log_code(1).await, "TCP_DENIED/403");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn connect_only_to_allowed_ports() {
+    let origin = Origin::start().await.expect("origin");
+    let port = origin.addr().port();
+    let proxy = node(|c| c.http.connect_ports = vec![port]).await;
+    // Disallowed port.
+    let out = raw(
+        proxy.addr,
+        b"CONNECT 127.0.0.1:25 HTTP/1.1\r\nHost: 127.0.0.1:25\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with("HTTP/1.1 403"), "{out}");
+    // Allowed port: a tunnel to the origin carries a plain HTTP exchange.
+    let req = format!(
+        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\nGET /t?size=7 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    let out = raw(proxy.addr, req.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(out.ends_with("abcdefg"), "{out}");
+    assert_eq!(origin.hits("/t?size=7"), 1);
+    let lines = proxy.log_lines(2).await;
+    assert!(
+        lines.iter().any(|l| l.contains("TCP_DENIED/403")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("TCP_TUNNEL/200")),
+        "{lines:?}"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn smuggling_and_malformed_requests_are_refused_and_logged() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let a = origin.addr();
+    let cases: Vec<(String, &str)> = vec![
+        (format!("GET http://{a}/s HTTP/1.1\r\nHost: {a}\r\nX-Folded: a\r\n b\r\n\r\n"), "HTTP/1.1 400"),
+        (format!("POST http://{a}/s HTTP/1.1\r\nHost: {a}\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"), "HTTP/1.1 400"),
+        (format!("GET http://{a}/s HTTP/1.1\r\nHost: {a}\r\nX-Big: {}\r\n\r\n", "a".repeat(70_000)), "HTTP/1.1 431"),
+        (format!("GET http://{a}/s HTTP/1.1\r\nHost: {a}\r\n{}\r\n", "X-H: 1\r\n".repeat(150)), "HTTP/1.1 431"),
+        ("GET /s HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.1 400"),
+        (format!("GET http://{a}/s HTTP/1.1\r\nHost: {a}\r\nVia: 1.1 testcache (meshcache/0)\r\n\r\n"), "HTTP/1.1 508"),
+        (format!("GET ftp://{a}/s HTTP/1.1\r\nHost: {a}\r\n\r\n"), "HTTP/1.1 501"),
+        ("BREW coffee\r\n\r\n".to_string(), "HTTP/1.1 400"),
+    ];
+    for (i, (req, want)) in cases.iter().enumerate() {
+        let out = raw(proxy.addr, req.as_bytes()).await;
+        assert!(
+            out.starts_with(want),
+            "case {i}: wanted {want}, got {out:?}"
+        );
+    }
+    // Every refusal is logged, and the origin saw none of them.
+    let lines = proxy.log_lines(cases.len()).await;
+    assert_eq!(lines.len(), cases.len(), "{lines:?}");
+    assert_eq!(origin.total(), 0);
+    // Our own refusals explain themselves.
+    let out = raw(proxy.addr, cases[0].0.as_bytes()).await;
+    assert!(
+        out.contains("obs-fold") || out.starts_with("HTTP/1.1 400"),
+        "{out}"
+    );
+    let out = raw(proxy.addr, cases[4].0.as_bytes()).await;
+    assert!(out.contains("absolute URL"), "{out}");
+    proxy.stop().await;
+}
+
+/// Content-Length together with Transfer-Encoding: the body is read as chunked, the length is
+/// never forwarded, and the connection closes after the response (RFC 9112 §6.3), so bytes
+/// hidden after the chunked body can never be taken for a second request.
+#[tokio::test]
+async fn content_length_with_transfer_encoding_cannot_smuggle() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let a = origin.addr();
+    let req = format!(
+        "POST http://{a}/s HTTP/1.1\r\nHost: {a}\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET http://{a}/smuggled HTTP/1.1\r\nHost: {a}\r\n\r\n"
+    );
+    let out = raw(proxy.addr, req.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("x-request-body-bytes: 3"),
+        "{out}"
+    );
+    assert!(
+        out.to_ascii_lowercase().contains("connection: close"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("HTTP/1.1 ").count(),
+        1,
+        "one response only: {out}"
+    );
+    assert_eq!(origin.hits("/smuggled"), 0);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_bad_chunked_request_body_never_crashes_the_proxy() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let a = origin.addr();
+    let req = format!("POST http://{a}/c HTTP/1.1\r\nHost: {a}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n");
+    let out = raw(proxy.addr, req.as_bytes()).await;
+    assert!(
+        out.is_empty() || out.starts_with("HTTP/1.1 4") || out.starts_with("HTTP/1.1 5"),
+        "{out}"
+    );
+    // Still serving.
+    assert_eq!(
+        get(proxy.addr, &origin.url("/after?size=3")).await.status,
+        200
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn slow_clients_are_cut_off() {
+    let proxy = node(|c| c.http.header_read_timeout = Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let out = raw(proxy.addr, b"GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127").await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "connection held {took:?}: {out}"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn slow_and_dead_origins_give_clear_errors() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|c| c.upstream.read_timeout = Duration::from_millis(300)).await;
+    let r = get(proxy.addr, &origin.url("/slow?delay_ms=2000")).await;
+    assert_eq!(r.status, 504);
+    assert_eq!(r.header("x-meshcache-error"), "upstream-timeout");
+    let dead = dead_port().await;
+    let r = get(proxy.addr, &format!("http://{dead}/x")).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.header("x-meshcache-error"), "connect-failed");
+    assert!(String::from_utf8_lossy(&r.body).contains("cannot connect"));
+    assert_eq!(proxy.log_code(1).await, "TCP_MISS/504");
+    assert_eq!(proxy.log_code(2).await, "TCP_MISS/502");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn stale_if_error_serves_the_stale_copy_when_the_origin_dies() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let origin = Origin::spawn(listener, async {
+        let _ = stop_rx.await;
+    });
+    let proxy = node(|_| {}).await;
+    let url = origin.url("/sie?size=10&cc=max-age=1,stale-if-error=60");
+    let no_fallback = origin.url("/plain?size=10&cc=max-age=1");
+    assert_eq!(get(proxy.addr, &url).await.x_cache(), "MISS");
+    assert_eq!(get(proxy.addr, &no_fallback).await.x_cache(), "MISS");
+    let _ = stop_tx.send(());
+    drop(origin);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let r = get(proxy.addr, &url).await;
+    assert_eq!((r.status, r.x_cache()), (200, "HIT"));
+    assert_eq!(proxy.log_code(3).await, "TCP_REFRESH_FAIL_OLD/200");
+    let r = get(proxy.addr, &no_fallback).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(proxy.log_code(4).await, "TCP_REFRESH_FAIL_ERR/502");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn http_1_0_clients_are_served() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let req = format!(
+        "GET {} HTTP/1.0\r\n\r\n",
+        origin.url("/old?size=5&chunked=1&cc=max-age=60")
+    );
+    for _ in 0..2 {
+        let out = raw(proxy.addr, req.as_bytes()).await;
+        assert!(
+            out.starts_with("HTTP/1.0 200") || out.starts_with("HTTP/1.1 200"),
+            "{out}"
+        );
+        assert!(out.ends_with("abcde"), "{out}");
+        assert!(
+            !out.to_ascii_lowercase().contains("transfer-encoding"),
+            "{out}"
+        );
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn accelerator_mode_serves_origin_form() {
+    let origin = Origin::start().await.expect("origin");
+    let accel = origin.addr().to_string();
+    let proxy = node(move |c| c.http.accelerate = Some(accel)).await;
+    let out = raw(
+        proxy.addr,
+        b"GET /acc?size=4&cc=max-age=60 HTTP/1.1\r\nHost: www\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(
+        out.starts_with("HTTP/1.1 200") && out.ends_with("abcd"),
+        "{out}"
+    );
+    assert_eq!(origin.hits("/acc?size=4&cc=max-age=60"), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn request_bodies_stream_to_the_origin() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let a = origin.addr();
+    let body = "x".repeat(100_000);
+    let req = format!("PUT http://{a}/put HTTP/1.1\r\nHost: {a}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let out = raw(proxy.addr, req.as_bytes()).await;
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert!(
+        out.to_ascii_lowercase()
+            .contains("x-request-body-bytes: 100000"),
+        "{out}"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn store_events_reach_subscribers() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let mut events = proxy.proxy.cache().subscribe();
+    get(proxy.addr, &origin.url("/ev?size=10&cc=max-age=60")).await;
+    request(
+        proxy.addr,
+        "DELETE",
+        &origin.url("/ev?size=10&cc=max-age=60"),
+        &[],
+    )
+    .await;
+    let first = tokio::time::timeout(Duration::from_secs(2), events.recv())
+        .await
+        .expect("event")
+        .expect("recv");
+    assert!(matches!(first, StoreEvent::Admitted { .. }), "{first:?}");
+    let second = tokio::time::timeout(Duration::from_secs(2), events.recv())
+        .await
+        .expect("event")
+        .expect("recv");
+    assert!(
+        matches!(second, StoreEvent::Invalidated { .. }),
+        "{second:?}"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn replacement_keeps_the_store_within_budget() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|c| {
+        c.store.memory = 64 * 1024;
+        c.store.max_object_size = 16 * 1024;
+    })
+    .await;
+    for i in 0..20 {
+        get(
+            proxy.addr,
+            &origin.url(&format!("/fill{i}?size=10000&cc=max-age=60")),
+        )
+        .await;
+    }
+    let stats = proxy.stats().await;
+    let store = &stats["store"];
+    assert!(
+        store["bytes"].as_u64().expect("bytes") <= 64 * 1024,
+        "{stats}"
+    );
+    assert!(store["evicted"].as_u64().expect("evicted") >= 14, "{stats}");
+    // The most recent object is still there; the first was evicted.
+    assert_eq!(
+        get(proxy.addr, &origin.url("/fill19?size=10000&cc=max-age=60"))
+            .await
+            .x_cache(),
+        "HIT"
+    );
+    assert_eq!(
+        get(proxy.addr, &origin.url("/fill0?size=10000&cc=max-age=60"))
+            .await
+            .x_cache(),
+        "MISS"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_finishes_in_flight_requests() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let url = origin.url("/inflight?delay_ms=500&size=100");
+    let addr = proxy.addr;
+    let pending = tokio::spawn(async move { get(addr, &url).await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let stopping = tokio::spawn(proxy.stop());
+    let r = pending.await.expect("request");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 100);
+    stopping.await.expect("stopped");
+    // And nothing listens any more.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn metrics_and_stats_are_served() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    get(proxy.addr, &origin.url("/m?size=10&cc=max-age=60")).await;
+    get(proxy.addr, &origin.url("/m?size=10&cc=max-age=60")).await;
+    proxy.log_lines(2).await;
+    let m = proxy.admin_get("/metrics").await;
+    let text = String::from_utf8_lossy(&m.body);
+    assert!(
+        text.contains("meshcache_requests_total{result=\"TCP_MEM_HIT\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("meshcache_requests_total{result=\"TCP_MISS\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("meshcache_store_objects 1"), "{text}");
+    let stats = proxy.stats().await;
+    assert_eq!(stats["hits"], 1);
+    assert_eq!(stats["requests"], 2);
+    assert!(stats["latency_ms"]["p99"].as_f64().expect("p99") > 0.0);
+    proxy.stop().await;
+}
