@@ -211,7 +211,8 @@ impl Default for CacheConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Where `/metrics` and `/stats` are served; unset disables the listener.
+    /// Where `/metrics` and `/stats` are served; `"off"` disables the listener.
+    #[serde(with = "off")]
     pub listen: Option<SocketAddr>,
 }
 
@@ -227,7 +228,8 @@ impl Default for AdminConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
-    /// Access log in Squid's native format; unset disables it.
+    /// Access log in Squid's native format; `"off"` disables it.
+    #[serde(with = "off")]
     pub access: Option<PathBuf>,
     /// How often buffered log lines are written out; `0s` writes every line at once.
     #[serde(with = "humantime_serde")]
@@ -302,6 +304,34 @@ impl Config {
     }
 }
 
+/// Optional values that a config can switch off with the string `"off"`.
+mod off {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::str::FromStr;
+
+    pub fn serialize<T: Serialize, S: Serializer>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => v.serialize(s),
+            None => s.serialize_str("off"),
+        }
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<Option<T>, D::Error>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+        D: Deserializer<'de>,
+    {
+        let text = String::deserialize(d)?;
+        if text == "off" {
+            return Ok(None);
+        }
+        text.parse()
+            .map(Some)
+            .map_err(|e| serde::de::Error::custom(format!("{text:?}: {e} (or \"off\")")))
+    }
+}
+
 /// Sizes as human strings ("256 MiB") or plain byte counts.
 mod size {
     use super::*;
@@ -366,7 +396,7 @@ mod tests {
     #[test]
     fn unknown_key_is_named() {
         let err = Config::from_toml("[store]\nmemroy = \"1 MiB\"\n")
-            .unwrap_err()
+            .expect_err("must be refused")
             .to_string();
         assert!(err.contains("memroy"), "{err}");
     }
@@ -385,7 +415,7 @@ mod tests {
     #[test]
     fn bad_size_is_explained() {
         let err = Config::from_toml("[store]\nmemory = \"lots\"\n")
-            .unwrap_err()
+            .expect_err("must be refused")
             .to_string();
         assert!(err.contains("memory") && err.contains("lots"), "{err}");
     }
@@ -393,19 +423,30 @@ mod tests {
     #[test]
     fn contradictions_are_refused() {
         let err = Config::from_toml("[store]\nmemory = \"1 MiB\"\nmax_object_size = \"2 MiB\"\n")
-            .unwrap_err()
+            .expect_err("must be refused")
             .to_string();
         assert!(err.starts_with("store.max_object_size"), "{err}");
         let err = Config::from_toml("[cache]\nheuristic_fraction = 2.0\n")
-            .unwrap_err()
+            .expect_err("must be refused")
             .to_string();
         assert!(err.starts_with("cache.heuristic_fraction"), "{err}");
     }
 
     #[test]
+    fn listeners_and_logs_switch_off() {
+        let c = Config::from_toml("[admin]\nlisten = \"off\"\n[log]\naccess = \"off\"\n")
+            .expect("parses");
+        assert_eq!((c.admin.listen, c.log.access), (None, None));
+        let err = Config::from_toml("[admin]\nlisten = \"nowhere\"\n")
+            .expect_err("must be refused")
+            .to_string();
+        assert!(err.contains("nowhere"), "{err}");
+    }
+
+    #[test]
     fn bad_replacement_is_named() {
         let err = Config::from_toml("[store]\nreplacement = \"fifo\"\n")
-            .unwrap_err()
+            .expect_err("must be refused")
             .to_string();
         assert!(err.contains("fifo"), "{err}");
     }

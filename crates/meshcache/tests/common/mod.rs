@@ -30,8 +30,10 @@ pub struct Node {
 pub async fn node(tweak: impl FnOnce(&mut Config)) -> Node {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("access.log");
-    let mut config = Config::default();
-    config.name = "testcache".into();
+    let mut config = Config {
+        name: "testcache".into(),
+        ..Config::default()
+    };
     config.http.listen = vec!["127.0.0.1:0".parse().expect("addr")];
     config.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
     config.log.access = Some(log.clone());

@@ -1,0 +1,255 @@
+//! Interop with real tools: curl as the client, calamaris reading our access log, and the
+//! `meshcache` binary itself. The README's test command installs the tools; without them these
+//! tests fail and say so (set MESHCACHE_SKIP_INTEROP=1 to skip them knowingly).
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::{get, node};
+use meshcache_lab::Origin;
+
+fn tool(name: &str) -> Option<()> {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {name}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return Some(());
+    }
+    if std::env::var_os("MESHCACHE_SKIP_INTEROP").is_some() {
+        eprintln!("skipping: {name} is not installed");
+        return None;
+    }
+    panic!("{name} is not installed: run the README's test command (scripts/test.sh), which installs it, or set MESHCACHE_SKIP_INTEROP=1");
+}
+
+async fn run(cmd: &'static str, args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || Command::new(cmd).args(&args).output().expect("run tool"))
+        .await
+        .expect("join")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_through_the_proxy() {
+    let Some(()) = tool("curl") else { return };
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let p = proxy.addr.to_string();
+    let url = origin.url("/curl?size=2048&cc=max-age=60");
+    for (i, want) in ["MISS", "HIT"].iter().enumerate() {
+        let o = run(
+            "curl",
+            vec![
+                "-sS".into(),
+                "-D".into(),
+                "-".into(),
+                "-o".into(),
+                "/dev/null".into(),
+                "-x".into(),
+                p.clone(),
+                url.clone(),
+            ],
+        )
+        .await;
+        let out = text(&o);
+        assert!(o.status.success(), "curl #{i}: {out}");
+        assert!(
+            out.contains(&format!("x-cache: {want} from testcache")),
+            "curl #{i}: {out}"
+        );
+    }
+    // HTTP/1.0 proxy request, HEAD, and a refused CONNECT.
+    let o = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "-i".into(),
+            "--proxy1.0".into(),
+            p.clone(),
+            url.clone(),
+        ],
+    )
+    .await;
+    assert!(
+        text(&o).starts_with("HTTP/1.0 200") || text(&o).starts_with("HTTP/1.1 200"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        o.stdout.ends_with(&meshcache_lab::expected_body(2048)),
+        "body through --proxy1.0"
+    );
+    let o = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "-I".into(),
+            "-x".into(),
+            p.clone(),
+            url.clone(),
+        ],
+    )
+    .await;
+    assert!(text(&o).contains("content-length: 2048"), "{}", text(&o));
+    let o = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "-p".into(),
+            "-x".into(),
+            p.clone(),
+            "http://127.0.0.1:25/".into(),
+        ],
+    )
+    .await;
+    assert!(
+        !o.status.success() && text(&o).contains("403"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(origin.hits("/curl?size=2048&cc=max-age=60"), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calamaris_reads_our_access_log() {
+    let Some(()) = tool("calamaris") else { return };
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    // A mix of outcomes: miss, hit, revalidation, error, denial, malformed.
+    get(proxy.addr, &origin.url("/c1?size=100&cc=max-age=60")).await;
+    get(proxy.addr, &origin.url("/c1?size=100&cc=max-age=60")).await;
+    get(
+        proxy.addr,
+        &origin.url("/c2?cc=no-cache&etag=x&ct=text/html"),
+    )
+    .await;
+    get(
+        proxy.addr,
+        &origin.url("/c2?cc=no-cache&etag=x&ct=text/html"),
+    )
+    .await;
+    get(proxy.addr, &origin.url("/c3?status=404")).await;
+    get(proxy.addr, "http://127.0.0.1:9/refused").await;
+    common::raw(
+        proxy.addr,
+        b"CONNECT 127.0.0.1:25 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    common::raw(proxy.addr, b"NOT HTTP AT ALL\r\n\r\n").await;
+    let lines = proxy.log_lines(8).await;
+    let log = proxy.log.clone();
+    let o = tokio::task::spawn_blocking(move || {
+        Command::new("calamaris")
+            .arg("-a")
+            .stdin(std::fs::File::open(log).expect("log"))
+            .output()
+            .expect("calamaris")
+    })
+    .await
+    .expect("join");
+    let report = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        o.stderr.is_empty(),
+        "calamaris complained: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let field = |label: &str| -> u64 {
+        report
+            .lines()
+            .find(|l| l.starts_with(label))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {label:?} in report:\n{report}"))
+    };
+    assert_eq!(field("lines parsed:"), lines.len() as u64, "{report}");
+    assert_eq!(field("invalid lines:"), 0, "{report}");
+    assert!(field("Total amount cached:") >= 2, "{report}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn the_binary_prints_and_checks_configs() {
+    let bin = env!("CARGO_BIN_EXE_meshcache");
+    let o = run_bin(bin, &["config", "default"]);
+    assert!(o.status.success());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, &o.stdout).expect("write");
+    let o = run_bin(bin, &["config", "check", good.to_str().expect("path")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[store]\nmemory = \"1 MiB\"\nreplacment = \"lru\"\n").expect("write");
+    let o = run_bin(bin, &["config", "check", bad.to_str().expect("path")]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("replacment"),
+        "names the bad key: {}",
+        text(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_runs_a_proxy_and_stops_on_sigterm() {
+    let bin = env!("CARGO_BIN_EXE_meshcache");
+    let origin = Origin::start().await.expect("origin");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = common::dead_port().await.port();
+    let conf = dir.path().join("node.toml");
+    std::fs::write(
+        &conf,
+        format!("name = \"bin\"\n[http]\nlisten = [\"127.0.0.1:{port}\"]\n[admin]\nlisten = \"off\"\n[log]\naccess = \"{}\"\n", dir.path().join("a.log").display()),
+    )
+    .expect("write");
+    let mut child = Command::new(bin)
+        .args(["run", "-c", conf.to_str().expect("path")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let mut up = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(up, "proxy did not start");
+    let r = get(addr, &origin.url("/bin?size=3")).await;
+    assert_eq!(r.header("x-cache"), "MISS from bin");
+    let pid = child.id().to_string();
+    Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("join")
+        .expect("wait");
+    assert!(status.success(), "clean exit on SIGTERM");
+    let log = std::fs::read_to_string(dir.path().join("a.log")).expect("log");
+    assert!(
+        log.contains("TCP_MISS/200"),
+        "log flushed on shutdown: {log:?}"
+    );
+}
+
+fn run_bin(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .output()
+        .expect("run meshcache")
+}
