@@ -421,3 +421,21 @@ mod tests {
         assert!(matches!(c.collapse("http://a.test/c"), Collapse::Leader(_)));
     }
 }
+
+#[cfg(test)]
+mod overhead {
+    use super::*;
+    use meshcache_store::Replacement;
+
+    /// Per-object bookkeeping beyond the response's own header and body bytes: the store's
+    /// index and policy node, the entry record and its `Arc`. Documented in docs/proxy.md.
+    #[test]
+    fn metadata_per_object_is_at_most_256_bytes() {
+        for r in [Replacement::Lru, Replacement::Gdsf, Replacement::Lfuda] {
+            let store = MemoryStore::<Entry>::metadata_bytes_per_entry_for(r) as u64;
+            let total = store + ENTRY_OVERHEAD;
+            println!("{r}: store {store} + entry {ENTRY_OVERHEAD} = {total} bytes");
+            assert!(total <= 256, "{r}: {total} bytes of metadata per object");
+        }
+    }
+}

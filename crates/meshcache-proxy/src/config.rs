@@ -386,6 +386,15 @@ mod tests {
     }
 
     #[test]
+    fn config_reference_shows_the_embedded_default() {
+        let doc = include_str!("../../../docs/config.md");
+        assert!(
+            doc.contains(DEFAULT_CONFIG),
+            "docs/config.md must embed the default config verbatim"
+        );
+    }
+
+    #[test]
     fn empty_file_is_the_default() {
         assert_eq!(
             Config::from_toml("").expect("empty parses"),
