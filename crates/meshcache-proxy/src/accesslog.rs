@@ -55,19 +55,9 @@ impl AccessRecord<'_> {
             .start
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
-        let sanitize = |s: &str| -> String {
-            s.chars()
-                .map(|c| if c.is_ascii_graphic() { c } else { '%' })
-                .collect()
-        };
-        let url = sanitize(self.url);
-        let ctype = self
-            .content_type
-            .map(|t| t.split(';').next().unwrap_or(t).trim())
-            .filter(|t| !t.is_empty());
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "{}.{:03} {:>6} {} {}/{:03} {} {} {} - {}/{} {}",
+            "{}.{:03} {:>6} {} {}/{:03} {} ",
             since.as_secs(),
             since.subsec_millis(),
             self.elapsed.as_millis(),
@@ -75,15 +65,40 @@ impl AccessRecord<'_> {
             self.result.as_str(),
             self.status,
             self.bytes,
-            sanitize(self.method),
-            if url.is_empty() {
+        );
+        push_field(out, self.method);
+        out.push(' ');
+        push_field(
+            out,
+            if self.url.is_empty() {
                 "error:invalid-request"
             } else {
-                &url
+                self.url
             },
-            self.hierarchy.as_str(),
-            self.peer.map(sanitize).as_deref().unwrap_or("-"),
-            ctype.map(sanitize).as_deref().unwrap_or("-"),
+        );
+        out.push_str(" - ");
+        out.push_str(self.hierarchy.as_str());
+        out.push('/');
+        push_field(out, self.peer.unwrap_or("-"));
+        out.push(' ');
+        let ctype = self
+            .content_type
+            .map(|t| t.split(';').next().unwrap_or(t).trim());
+        push_field(out, ctype.filter(|t| !t.is_empty()).unwrap_or("-"));
+        out.push('\n');
+    }
+}
+
+/// Appends a field, with anything but visible ASCII replaced by '%' so that a field can never
+/// split or forge a line.
+fn push_field(out: &mut String, field: &str) {
+    if field.bytes().all(|b| b.is_ascii_graphic()) {
+        out.push_str(field);
+    } else {
+        out.extend(
+            field
+                .chars()
+                .map(|c| if c.is_ascii_graphic() { c } else { '%' }),
         );
     }
 }

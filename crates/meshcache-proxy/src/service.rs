@@ -62,12 +62,12 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let (parts, body) = req.into_parts();
-    let mut txn = Transaction::new(
-        shared.clone(),
-        client.ip(),
-        parts.method.clone(),
-        parts.uri.to_string(),
-    );
+    let target = target(&shared, &parts.uri);
+    let url = match &target {
+        Ok(t) => t.url.clone(),
+        Err(_) => parts.uri.to_string(),
+    };
+    let txn = Transaction::new(shared.clone(), client.ip(), parts.method.clone(), url);
     if !allowed {
         return Ok(refuse(
             &shared,
@@ -78,7 +78,9 @@ pub(crate) async fn handle(
             "access denied: your address is not allowed to use this proxy",
         ));
     }
-    let head_bytes = parts.uri.to_string().len()
+    let target_len = parts.uri.authority().map_or(0, |a| a.as_str().len())
+        + parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
+    let head_bytes = target_len
         + parts
             .headers
             .iter()
@@ -97,19 +99,9 @@ pub(crate) async fn handle(
     if parts.method == Method::CONNECT {
         return Ok(tunnel::connect(shared, txn, parts).await);
     }
-    if parts.headers.contains_key(header::TRANSFER_ENCODING)
-        && parts.headers.contains_key(header::CONTENT_LENGTH)
-    {
-        return Ok(refuse(
-            &shared,
-            txn,
-            StatusCode::BAD_REQUEST,
-            ResultCode::NoneNone,
-            "invalid-request",
-            "both Content-Length and Transfer-Encoding: refused as a request-smuggling risk",
-        ));
-    }
-    let target = match target(&shared, &parts.uri) {
+    // Content-Length with Transfer-Encoding never gets here: hyper reads such a body as chunked,
+    // drops the length and closes the connection after the response (RFC 9112 §6.3).
+    let target = match target {
         Ok(t) => t,
         Err((status, token, reason)) => {
             return Ok(refuse(
@@ -122,12 +114,6 @@ pub(crate) async fn handle(
             ))
         }
     };
-    txn = Transaction::new(
-        shared.clone(),
-        client.ip(),
-        parts.method.clone(),
-        target.url.clone(),
-    );
     if headers::via_contains(&parts.headers, &shared.config.name) {
         return Ok(refuse(
             &shared,
