@@ -417,7 +417,7 @@ fn serve_stored(
 /// Fetches from upstream and relays; a storable GET response is captured for the store.
 async fn fetch(
     shared: &Arc<Shared>,
-    mut txn: Transaction,
+    txn: Transaction,
     parts: request::Parts,
     target: Target,
     guard: Option<FetchGuard>,
@@ -433,8 +433,6 @@ async fn fetch(
     let now = SystemTime::now();
     match shared.upstream.send(&target.host, target.port, up).await {
         Ok((resp, lease)) => {
-            txn.hierarchy = Hierarchy::HierDirect;
-            txn.peer = Some(target.host.clone());
             relay_response(shared, txn, &parts, &target, resp, lease, guard, code, now)
         }
         Err(e) => upstream_failed(shared, txn, e),
@@ -455,6 +453,8 @@ fn relay_response(
     now: SystemTime,
 ) -> Response<ProxyBody> {
     let (mut rparts, incoming) = resp.into_parts();
+    txn.hierarchy = Hierarchy::HierDirect;
+    txn.peer = lease.peer().map(|ip| ip.to_string());
     headers::strip_hop_by_hop(&mut rparts.headers);
     let directives = RequestDirectives::parse(&req.headers);
     let freshness = if directives.no_store || req.headers.contains_key(header::RANGE) {
@@ -552,8 +552,10 @@ async fn revalidate(
     let up = upstream_request(shared, Method::GET, &client_headers, &target, no_body());
     let result = shared.upstream.send(&target.host, target.port, up).await;
     let now_after = SystemTime::now();
-    txn.hierarchy = Hierarchy::HierDirect;
-    txn.peer = Some(target.host.clone());
+    if let Ok((_, lease)) = &result {
+        txn.hierarchy = Hierarchy::HierDirect;
+        txn.peer = lease.peer().map(|ip| ip.to_string());
+    }
     match result {
         Ok((resp, lease))
             if resp.status() == StatusCode::NOT_MODIFIED
@@ -710,7 +712,7 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
 /// (RFC 9111 §4.4), and the URLs in Location and Content-Location on the same host.
 async fn pass_through(
     shared: &Arc<Shared>,
-    mut txn: Transaction,
+    txn: Transaction,
     parts: request::Parts,
     body: Incoming,
     target: Target,
@@ -740,8 +742,6 @@ async fn pass_through(
                     }
                 }
             }
-            txn.hierarchy = Hierarchy::HierDirect;
-            txn.peer = Some(target.host.clone());
             relay_response(
                 shared,
                 txn,

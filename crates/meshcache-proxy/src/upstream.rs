@@ -9,6 +9,7 @@
 //! same moment) is retried once on a fresh connection, as RFC 9112 §9.3.1 allows.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,8 +36,14 @@ pub fn no_body() -> UpBody {
     Either::Right(Empty::new())
 }
 
-struct Idle {
+/// One open connection: the request handle and the address it reached.
+struct Conn {
     sender: SendRequest<UpBody>,
+    peer: IpAddr,
+}
+
+struct Idle {
+    conn: Conn,
     since: Instant,
 }
 
@@ -55,25 +62,30 @@ pub struct Upstream {
 /// A connection on loan for one exchange. Call [`Lease::release`] once the response body
 /// has been read to its end; dropping the lease closes the connection instead.
 pub struct Lease {
-    sender: Option<SendRequest<UpBody>>,
+    conn: Option<Conn>,
     key: Arc<str>,
     pool: Arc<PoolInner>,
 }
 
 impl Lease {
+    /// The address of the upstream server (what Squid logs as the peer).
+    pub fn peer(&self) -> Option<IpAddr> {
+        self.conn.as_ref().map(|c| c.peer)
+    }
+
     /// Gives the connection back to the pool for reuse.
     pub fn release(mut self) {
-        let Some(sender) = self.sender.take() else {
+        let Some(conn) = self.conn.take() else {
             return;
         };
-        if sender.is_closed() {
+        if conn.sender.is_closed() {
             return;
         }
         let mut idle = self.pool.idle.lock();
         let list = idle.entry(self.key.clone()).or_default();
         if list.len() < self.pool.config.max_idle_per_host {
             list.push(Idle {
-                sender,
+                conn,
                 since: Instant::now(),
             });
         }
@@ -97,7 +109,7 @@ impl Upstream {
         let max = self.inner.config.idle_timeout;
         let mut idle = self.inner.idle.lock();
         idle.retain(|_, list| {
-            list.retain(|c| c.since.elapsed() < max && !c.sender.is_closed());
+            list.retain(|c| c.since.elapsed() < max && !c.conn.sender.is_closed());
             !list.is_empty()
         });
     }
@@ -107,16 +119,24 @@ impl Upstream {
         self.inner.idle.lock().values().map(Vec::len).sum()
     }
 
-    fn take_idle(&self, key: &str) -> Option<SendRequest<UpBody>> {
+    /// Takes the newest idle connection to `key` that is still open and young enough. One
+    /// that is still finishing its previous exchange is waited for briefly.
+    async fn take_idle(&self, key: &str) -> Option<Conn> {
         let max = self.inner.config.idle_timeout;
-        let mut idle = self.inner.idle.lock();
-        let list = idle.get_mut(key)?;
-        while let Some(c) = list.pop() {
-            if !c.sender.is_closed() && c.since.elapsed() < max && c.sender.is_ready() {
-                return Some(c.sender);
+        loop {
+            let candidate = {
+                let mut idle = self.inner.idle.lock();
+                idle.get_mut(key)?.pop()?
+            };
+            let Idle { mut conn, since } = candidate;
+            if conn.sender.is_closed() || since.elapsed() >= max {
+                continue;
+            }
+            let ready = tokio::time::timeout(Duration::from_secs(1), conn.sender.ready()).await;
+            if matches!(ready, Ok(Ok(()))) {
+                return Some(conn);
             }
         }
-        None
     }
 
     /// Sends `req` to `host:port`, returning the response head and the connection's lease.
@@ -127,14 +147,14 @@ impl Upstream {
         mut req: Request<UpBody>,
     ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
         let key: Arc<str> = Arc::from(format!("{host}:{port}"));
-        if let Some(mut sender) = self.take_idle(&key) {
-            match sender.try_send_request(req).await {
+        if let Some(mut conn) = self.take_idle(&key).await {
+            match conn.sender.try_send_request(req).await {
                 Ok(resp) => {
                     self.inner
                         .metrics
                         .upstream_connections_reused
                         .fetch_add(1, Relaxed);
-                    return Ok((resp, self.lease(sender, key)));
+                    return Ok((resp, self.lease(conn, key)));
                 }
                 Err(mut e) => match e.take_message() {
                     // Not sent: the pooled connection died under us. Retry on a new one.
@@ -145,9 +165,9 @@ impl Upstream {
                 },
             }
         }
-        let mut sender = self.connect(host, port).await.map_err(|e| self.failed(e))?;
-        match sender.send_request(req).await {
-            Ok(resp) => Ok((resp, self.lease(sender, key))),
+        let mut conn = self.connect(host, port).await.map_err(|e| self.failed(e))?;
+        match conn.sender.send_request(req).await {
+            Ok(resp) => Ok((resp, self.lease(conn, key))),
             Err(e) => Err(self.failed(UpstreamError::from_hyper(host, e))),
         }
     }
@@ -157,15 +177,15 @@ impl Upstream {
         e
     }
 
-    fn lease(&self, sender: SendRequest<UpBody>, key: Arc<str>) -> Lease {
+    fn lease(&self, conn: Conn, key: Arc<str>) -> Lease {
         Lease {
-            sender: Some(sender),
+            conn: Some(conn),
             key,
             pool: self.inner.clone(),
         }
     }
 
-    async fn connect(&self, host: &str, port: u16) -> Result<SendRequest<UpBody>, UpstreamError> {
+    async fn connect(&self, host: &str, port: u16) -> Result<Conn, UpstreamError> {
         let cfg = &self.inner.config;
         let connect =
             async {
@@ -207,6 +227,10 @@ impl Upstream {
             .metrics
             .upstream_connections_opened
             .fetch_add(1, Relaxed);
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.ip())
+            .unwrap_or(IpAddr::from([0, 0, 0, 0]));
         let mut stream = TimeoutStream::new(stream);
         stream.set_read_timeout(Some(cfg.read_timeout));
         stream.set_write_timeout(Some(cfg.read_timeout));
@@ -219,7 +243,7 @@ impl Upstream {
                 tracing::debug!(error = %e, "upstream connection ended");
             }
         });
-        Ok(sender)
+        Ok(Conn { sender, peer })
     }
 }
 

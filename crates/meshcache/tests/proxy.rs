@@ -403,3 +403,29 @@ async fn metrics_and_stats_are_served() {
     assert!(stats["latency_ms"]["p99"].as_f64().expect("p99") > 0.0);
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn connection_limit_makes_extra_clients_wait() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|c| c.http.max_connections = 1).await;
+    // The first client holds the only slot with an idle keep-alive connection.
+    let held = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let url = origin.url("/limit?size=3");
+    let addr = proxy.addr;
+    let waiting = tokio::spawn(async move { get(addr, &url).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "second client was served while the slot was taken"
+    );
+    drop(held);
+    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("served after release")
+        .expect("task");
+    assert_eq!(r.status, 200);
+    proxy.stop().await;
+}

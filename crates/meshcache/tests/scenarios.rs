@@ -176,9 +176,9 @@ fn scenarios() -> Vec<(&'static str, Vec<Step>)> {
             step(GET, "/r?cc=max-age=60", 200, "HIT", "TCP_MEM_HIT/200", 1).with(&[("cache-control", "only-if-cached")]),
         ]),
         ("stale-while-revalidate serves stale and refreshes in the background", vec![
-            step(GET, "/s?cc=max-age=1,stale-while-revalidate=60&etag=v1", 200, "MISS", "TCP_MISS/200", 1),
-            step(GET, "/s?cc=max-age=1,stale-while-revalidate=60&etag=v1", 200, "HIT", "TCP_STALE_HIT/200", 1).after(2100).slack(1),
-            step(GET, "/s?cc=max-age=1,stale-while-revalidate=60&etag=v1", 200, "HIT", "TCP_MEM_HIT/200", 2).after(300),
+            step(GET, "/s?cc=max-age=2,stale-while-revalidate=60&etag=v1", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/s?cc=max-age=2,stale-while-revalidate=60&etag=v1", 200, "HIT", "TCP_STALE_HIT/200", 1).after(3100).slack(1),
+            step(GET, "/s?cc=max-age=2,stale-while-revalidate=60&etag=v1", 200, "HIT", "TCP_MEM_HIT/200", 2).after(300),
         ]),
         ("client conditionals are answered from the store", vec![
             step(GET, "/t?cc=max-age=60&etag=v1&lm=1000", 200, "MISS", "TCP_MISS/200", 1),
