@@ -12,6 +12,11 @@ use serde::Serialize;
 
 use crate::outcome::ResultCode;
 
+/// Upper bounds of the exported latency buckets, in milliseconds.
+const LATENCY_BUCKETS_MS: [f64; 14] = [
+    0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 10000.0,
+];
+
 /// Every counter the proxy keeps.
 pub struct Metrics {
     requests: [AtomicU64; ResultCode::ALL.len()],
@@ -224,23 +229,27 @@ impl Metrics {
         ] {
             let _ = writeln!(out, "# HELP meshcache_{name} {help}\n# TYPE meshcache_{name} gauge\nmeshcache_{name} {v}");
         }
-        let _ = writeln!(out, "# HELP meshcache_request_duration_seconds Time to serve a request.\n# TYPE meshcache_request_duration_seconds summary");
-        for (q, v) in [
-            ("0.5", s.latency_ms.p50),
-            ("0.9", s.latency_ms.p90),
-            ("0.99", s.latency_ms.p99),
-        ] {
+        // A Prometheus histogram (cumulative buckets) read off the HDR histogram.
+        let _ = writeln!(
+            out,
+            "# HELP meshcache_request_duration_seconds Time to serve a request.\n# TYPE meshcache_request_duration_seconds histogram"
+        );
+        let h = self.latency_us.lock();
+        for bound_ms in LATENCY_BUCKETS_MS {
+            let bound_us = (bound_ms * 1000.0) as u64;
+            let n = h.count_between(0, bound_us);
             let _ = writeln!(
                 out,
-                "meshcache_request_duration_seconds{{quantile=\"{q}\"}} {}",
-                v / 1000.0
+                "meshcache_request_duration_seconds_bucket{{le=\"{}\"}} {n}",
+                bound_ms / 1000.0
             );
         }
         let _ = writeln!(
             out,
-            "meshcache_request_duration_seconds_sum {}\nmeshcache_request_duration_seconds_count {}",
-            s.latency_ms.mean * s.latency_ms.count as f64 / 1000.0,
-            s.latency_ms.count
+            "meshcache_request_duration_seconds_bucket{{le=\"+Inf\"}} {}\nmeshcache_request_duration_seconds_sum {}\nmeshcache_request_duration_seconds_count {}",
+            h.len(),
+            h.mean() * h.len() as f64 / 1e6,
+            h.len()
         );
         out
     }
@@ -315,5 +324,13 @@ mod tests {
         let text = m.prometheus(StoreStats::default());
         assert!(text.contains("meshcache_requests_total{result=\"TCP_MEM_HIT\"} 1"));
         assert!(text.contains("meshcache_request_duration_seconds_count 2"));
+        assert!(
+            text.contains("meshcache_request_duration_seconds_bucket{le=\"0.005\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("meshcache_request_duration_seconds_bucket{le=\"0.025\"} 2"),
+            "{text}"
+        );
     }
 }
