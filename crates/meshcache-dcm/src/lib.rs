@@ -1,0 +1,31 @@
+//! meshcache-dcm: distributed cache management, as sans-IO state machines.
+//!
+//! The directory-based DCM paper (§2) splits cooperation between caches into five
+//! algorithms; this crate is organised around them:
+//! - **admission**: which cache a client talks to; the lab assigns clients, a node accepts.
+//! - **search**: how a miss looks for a copy among neighbours ([`icp`]: query every eligible
+//!   peer in parallel).
+//! - **decision**: which neighbour serves it ([`select`]: first HIT; else the first or closest
+//!   parent MISS, weighted; else other parents, the default parent, then the origin).
+//! - **termination**: when to stop searching ([`icp`]: all expected replies in, a HIT, or an
+//!   adaptive timeout; never a query whose answer cannot change the route; dead peers are
+//!   not waited for).
+//! - **replication**: whether the requesting cache keeps a copy (`proxy-only` peers).
+//!
+//! Nothing here does I/O or reads a clock: every call takes `now`, and every effect is returned
+//! (datagrams to send, a route to take). The proxy drives these machines with real sockets; the
+//! simulator drives the same code with a virtual clock.
+//!
+//! Layout: [`peer`] (configuration, liveness and statistics of each neighbour, domain
+//! matching), [`hier`] (Squid's hierarchy codes), [`select`] (ordering the candidates of a
+//! request), [`icp`] (the ICP search and responder logic).
+
+pub mod hier;
+pub mod icp;
+pub mod peer;
+pub mod select;
+
+pub use hier::HierCode;
+pub use icp::{answer, Asker, Holding, IcpConfig, IcpMesh, Outcome, Reply, ReplyKind, Search};
+pub use peer::{PeerId, PeerSpec, Role};
+pub use select::{Hop, Route};
