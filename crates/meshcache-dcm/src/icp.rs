@@ -319,9 +319,7 @@ impl IcpMesh {
                 } else {
                     HierCode::SiblingHit
                 };
-                let Some(p) = self.pending.remove(&reply.reqnum) else {
-                    return None;
-                };
+                let p = self.pending.remove(&reply.reqnum)?;
                 let route = select::route(
                     &mut self.peers,
                     &p.host,
