@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
-use crate::outcome::{Hierarchy, ResultCode};
+use crate::outcome::{HierCode, ResultCode};
 
 /// One finished transaction, as logged.
 #[derive(Clone, Debug)]
@@ -41,7 +41,9 @@ pub struct AccessRecord<'a> {
     /// Request URL as the client sent it.
     pub url: &'a str,
     /// Hierarchy code.
-    pub hierarchy: Hierarchy,
+    pub hierarchy: HierCode,
+    /// The ICP wait timed out (Squid prefixes the hierarchy code with `TIMEOUT_`).
+    pub timed_out: bool,
     /// The upstream host the response came from, if any.
     pub peer: Option<&'a str>,
     /// Response content type, if any.
@@ -77,6 +79,9 @@ impl AccessRecord<'_> {
             },
         );
         out.push_str(" - ");
+        if self.timed_out {
+            out.push_str("TIMEOUT_");
+        }
         out.push_str(self.hierarchy.as_str());
         out.push('/');
         push_field(out, self.peer.unwrap_or("-"));
@@ -170,7 +175,8 @@ mod tests {
             bytes: 1432,
             method: "GET",
             url: "http://example.test/a b",
-            hierarchy: Hierarchy::HierDirect,
+            hierarchy: HierCode::Direct,
+            timed_out: false,
             peer: Some("127.0.0.1"),
             content_type: Some("text/html; charset=utf-8"),
         }
@@ -193,7 +199,8 @@ mod tests {
             bytes: 0,
             method: "NONE",
             url: "",
-            hierarchy: Hierarchy::HierNone,
+            hierarchy: HierCode::None,
+            timed_out: false,
             peer: None,
             content_type: None,
         }

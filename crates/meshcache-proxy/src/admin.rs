@@ -34,13 +34,20 @@ pub(crate) async fn handle(
     }
     let stats = shared.cache.stats();
     Ok(match req.uri().path() {
-        "/metrics" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            shared.metrics.prometheus(stats),
-        ),
+        "/metrics" => {
+            let mut text = shared.metrics.prometheus(stats);
+            cooperation_metrics(&shared, &mut text);
+            reply(StatusCode::OK, "text/plain; version=0.0.4", text)
+        }
         "/stats" => {
-            let snap = shared.metrics.snapshot(stats);
+            let mut snap = serde_json::to_value(shared.metrics.snapshot(stats)).unwrap_or_default();
+            if let Some(obj) = snap.as_object_mut() {
+                obj.insert(
+                    "peers".into(),
+                    serde_json::to_value(shared.coop.peer_stats()).unwrap_or_default(),
+                );
+                obj.insert("icp".into(), icp_counters(&shared));
+            }
             let body = serde_json::to_string_pretty(&snap)
                 .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
             reply(StatusCode::OK, "application/json", body + "\n")
@@ -56,4 +63,77 @@ pub(crate) async fn handle(
             "not found: try /metrics or /stats\n".into(),
         ),
     })
+}
+
+fn icp_counters(shared: &Shared) -> serde_json::Value {
+    let c = &shared.coop.counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    serde_json::json!({
+        "queries_sent": get(&c.queries_sent),
+        "replies_received": get(&c.replies_received),
+        "queries_received": get(&c.queries_received),
+        "replies_sent": get(&c.replies_sent),
+        "denied": get(&c.denied),
+        "dropped": get(&c.dropped),
+    })
+}
+
+/// Per-peer and ICP lines of `/metrics`.
+fn cooperation_metrics(shared: &Shared, out: &mut String) {
+    use std::fmt::Write as _;
+    if let Some(obj) = icp_counters(shared).as_object() {
+        for (k, v) in obj {
+            let _ = writeln!(
+                out,
+                "# TYPE meshcache_icp_{k}_total counter\nmeshcache_icp_{k}_total {v}"
+            );
+        }
+    }
+    let peers = shared.coop.peer_stats();
+    if peers.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "# HELP meshcache_peer_up Whether the peer's HTTP side may be used.\n# TYPE meshcache_peer_up gauge");
+    for p in &peers {
+        let _ = writeln!(
+            out,
+            "meshcache_peer_up{{peer=\"{}\",role=\"{}\"}} {}",
+            p.name,
+            p.role,
+            u8::from(p.up)
+        );
+    }
+    let _ = writeln!(out, "# TYPE meshcache_peer_icp_rtt_milliseconds gauge");
+    for p in &peers {
+        if let Some(rtt) = p.rtt_ms {
+            let _ = writeln!(
+                out,
+                "meshcache_peer_icp_rtt_milliseconds{{peer=\"{}\"}} {rtt}",
+                p.name
+            );
+        }
+    }
+    let _ = writeln!(out, "# HELP meshcache_peer_events_total ICP and fetch events per peer.\n# TYPE meshcache_peer_events_total counter");
+    for p in &peers {
+        let s = &p.stats;
+        for (event, n) in [
+            ("query", s.queries),
+            ("hit", s.hits),
+            ("miss", s.misses),
+            ("miss_nofetch", s.miss_nofetch),
+            ("denied", s.denied),
+            ("err", s.errors),
+            ("late", s.late),
+            ("timeout", s.timeouts),
+            ("fetch", s.fetches),
+            ("fetch_failure", s.fetch_failures),
+            ("query_received", s.queries_received),
+        ] {
+            let _ = writeln!(
+                out,
+                "meshcache_peer_events_total{{peer=\"{}\",event=\"{event}\"}} {n}",
+                p.name
+            );
+        }
+    }
 }

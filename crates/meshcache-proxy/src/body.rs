@@ -21,7 +21,7 @@ use hyper::body::Incoming;
 
 use crate::accesslog::AccessRecord;
 use crate::cache::FetchGuard;
-use crate::outcome::{Hierarchy, ResultCode};
+use crate::outcome::{HierCode, ResultCode};
 use crate::upstream::Lease;
 use crate::Shared;
 
@@ -41,7 +41,9 @@ pub struct Transaction {
     /// Status sent.
     pub status: u16,
     /// Where the response came from.
-    pub hierarchy: Hierarchy,
+    pub hierarchy: HierCode,
+    /// The ICP wait timed out.
+    pub timed_out: bool,
     /// The upstream host, when one was used.
     pub peer: Option<String>,
     /// Response content type.
@@ -63,7 +65,8 @@ impl Transaction {
             url,
             result: ResultCode::NoneNone,
             status: 0,
-            hierarchy: Hierarchy::HierNone,
+            hierarchy: HierCode::None,
+            timed_out: false,
             peer: None,
             content_type: None,
             head_bytes: 0,
@@ -95,6 +98,7 @@ impl Transaction {
                 method: self.method.as_str(),
                 url: &self.url,
                 hierarchy: self.hierarchy,
+                timed_out: self.timed_out,
                 peer: self.peer.as_deref(),
                 content_type: self.content_type.as_ref().and_then(|v| v.to_str().ok()),
             });

@@ -217,6 +217,20 @@ impl Cache {
         self.inner.store.lock().contains(&StoreKey::get(url))
     }
 
+    /// True when a GET of `url` has a stored object that stays fresh at least `min` longer,
+    /// looked up without touching the replacement policy: what an ICP query asks. A URL whose
+    /// responses vary is not a hit (the query carries no request headers to pick a variant).
+    pub fn fresh_for(&self, url: &str, min: std::time::Duration) -> bool {
+        let store = self.inner.store.lock();
+        match store.peek(&StoreKey::get(url)).map(|e| &**e) {
+            Some(Entry::Object(o)) => {
+                let ttl = o.freshness.ttl(std::time::SystemTime::now());
+                ttl > 0 && ttl >= min.as_secs() as i64
+            }
+            _ => false,
+        }
+    }
+
     /// Stores a response to a GET of `url` made with `request` headers. Refusals (too large,
     /// too many variants) are silent: the response was already relayed.
     pub fn insert(&self, url: &str, request: &HeaderMap, object: CachedObject) {

@@ -36,6 +36,11 @@ pub struct Config {
     pub admin: AdminConfig,
     /// Logging.
     pub log: LogConfig,
+    /// Cooperation with other caches.
+    pub cooperation: CooperationConfig,
+    /// Neighbour caches (`[[peer]]` tables).
+    #[serde(rename = "peer")]
+    pub peers: Vec<PeerConfig>,
 }
 
 impl Default for Config {
@@ -48,6 +53,8 @@ impl Default for Config {
             cache: CacheConfig::default(),
             admin: AdminConfig::default(),
             log: LogConfig::default(),
+            cooperation: CooperationConfig::default(),
+            peers: Vec::new(),
         }
     }
 }
@@ -245,6 +252,97 @@ impl Default for LogConfig {
     }
 }
 
+/// How this node cooperates with its peers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// No inter-cache queries; parents are still used as configured.
+    #[default]
+    None,
+    /// ICP v2 queries to siblings and parents (RFC 2186/2187, as Squid speaks it).
+    Icp,
+}
+
+/// Cooperation settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CooperationConfig {
+    /// The search protocol.
+    pub protocol: Protocol,
+    /// Where ICP queries are answered and sent from (peers recognise us by this address).
+    pub icp_listen: SocketAddr,
+    /// Sources that are not peers but may query us (child caches); everyone else gets DENIED.
+    pub icp_allow: Vec<IpNet>,
+    /// Shortest wait for ICP replies.
+    #[serde(with = "humantime_serde")]
+    pub icp_timeout_floor: Duration,
+    /// Longest wait for ICP replies; the wait adapts to peers' round trips in between.
+    #[serde(with = "humantime_serde")]
+    pub icp_timeout_ceiling: Duration,
+    /// A peer silent this long after a query is no longer waited for.
+    #[serde(with = "humantime_serde")]
+    pub dead_peer_timeout: Duration,
+    /// We answer ICP_HIT only for objects fresh for at least this long (Squid: 30 s).
+    #[serde(with = "humantime_serde")]
+    pub icp_hit_min_fresh: Duration,
+    /// A peer that sends no response head within this time is stalled: the request goes to
+    /// the next candidate and the peer is skipped until it recovers.
+    #[serde(with = "humantime_serde")]
+    pub peer_response_timeout: Duration,
+}
+
+impl Default for CooperationConfig {
+    fn default() -> Self {
+        Self {
+            protocol: Protocol::None,
+            icp_listen: SocketAddr::from(([127, 0, 0, 1], 3130)),
+            icp_allow: Vec::new(),
+            icp_timeout_floor: Duration::from_millis(50),
+            icp_timeout_ceiling: Duration::from_secs(2),
+            dead_peer_timeout: Duration::from_secs(10),
+            icp_hit_min_fresh: Duration::from_secs(30),
+            peer_response_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One neighbour cache.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// Name shown in logs and metrics.
+    pub name: String,
+    /// `sibling` or `parent`.
+    pub role: meshcache_dcm::Role,
+    /// Its HTTP proxy address.
+    pub http: SocketAddr,
+    /// Its ICP address; leave out for a peer that speaks no ICP.
+    #[serde(default)]
+    pub icp: Option<SocketAddr>,
+    /// Never send it ICP queries.
+    #[serde(default)]
+    pub no_query: bool,
+    /// Use it when no other parent is available.
+    #[serde(default)]
+    pub default: bool,
+    /// Balance requests among round-robin parents.
+    #[serde(default)]
+    pub round_robin: bool,
+    /// Do not keep a copy of what it serves.
+    #[serde(default)]
+    pub proxy_only: bool,
+    /// Preference weight (at least 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Only requests for these domains go to it (".example.org" includes subdomains).
+    #[serde(default)]
+    pub domains: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
 /// A config that could not be used, with the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -294,6 +392,34 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return invalid("cache.heuristic_fraction", "must be between 0 and 1");
+        }
+        let mut names = std::collections::HashSet::new();
+        for peer in &self.peers {
+            if peer.name.is_empty() || !names.insert(peer.name.as_str()) {
+                return invalid(
+                    "peer.name",
+                    &format!("{:?} is empty or used twice", peer.name),
+                );
+            }
+            if peer.weight == 0 {
+                return invalid(
+                    "peer.weight",
+                    &format!("peer {:?}: must be at least 1", peer.name),
+                );
+            }
+            if peer.icp.is_some_and(|a| a == self.cooperation.icp_listen) {
+                return invalid(
+                    "peer.icp",
+                    &format!("peer {:?} has our own ICP address", peer.name),
+                );
+            }
+        }
+        let c = &self.cooperation;
+        if c.icp_timeout_floor > c.icp_timeout_ceiling {
+            return invalid(
+                "cooperation.icp_timeout_floor",
+                "is above cooperation.icp_timeout_ceiling",
+            );
         }
         if let Some(origin) = &self.http.accelerate {
             if origin.parse::<http::uri::Authority>().is_err() || origin.contains('@') {
@@ -450,6 +576,28 @@ mod tests {
             .expect_err("must be refused")
             .to_string();
         assert!(err.contains("nowhere"), "{err}");
+    }
+
+    #[test]
+    fn peers() {
+        let c = Config::from_toml(
+            "[cooperation]\nprotocol = \"icp\"\n[[peer]]\nname = \"p1\"\nrole = \"parent\"\nhttp = \"127.0.0.2:3128\"\nicp = \"127.0.0.2:3130\"\ndomains = [\".br\"]\n[[peer]]\nname = \"s1\"\nrole = \"sibling\"\nhttp = \"127.0.0.3:3128\"\nproxy_only = true\n",
+        )
+        .expect("parses");
+        assert_eq!(c.cooperation.protocol, Protocol::Icp);
+        assert_eq!(c.peers.len(), 2);
+        assert_eq!(c.peers[0].weight, 1);
+        assert!(c.peers[1].proxy_only && c.peers[1].icp.is_none());
+        let err = Config::from_toml(
+            "[[peer]]\nname = \"x\"\nrole = \"cousin\"\nhttp = \"127.0.0.2:1\"\n",
+        )
+        .expect_err("must be refused")
+        .to_string();
+        assert!(err.contains("cousin"), "{err}");
+        let err = Config::from_toml("[[peer]]\nname = \"x\"\nrole = \"parent\"\nhttp = \"127.0.0.2:1\"\n[[peer]]\nname = \"x\"\nrole = \"parent\"\nhttp = \"127.0.0.3:1\"\n")
+            .expect_err("must be refused")
+            .to_string();
+        assert!(err.starts_with("peer.name"), "{err}");
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod admin;
 pub mod body;
 pub mod cache;
 pub mod config;
+pub mod coop;
 pub mod error;
 pub mod headers;
 pub mod metrics;
@@ -45,6 +46,7 @@ pub(crate) struct Shared {
     config: Config,
     cache: cache::Cache,
     upstream: upstream::Upstream,
+    coop: coop::Coop,
     metrics: Arc<metrics::Metrics>,
     log: Option<accesslog::AccessLog>,
     via: http::HeaderValue,

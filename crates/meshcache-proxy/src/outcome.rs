@@ -88,21 +88,4 @@ impl ResultCode {
     }
 }
 
-/// Squid's hierarchy codes (the `%Sh` field): where the response came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Hierarchy {
-    /// Nothing was fetched.
-    HierNone,
-    /// Fetched straight from the origin.
-    HierDirect,
-}
-
-impl Hierarchy {
-    /// The name Squid prints.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Hierarchy::HierNone => "HIER_NONE",
-            Hierarchy::HierDirect => "HIER_DIRECT",
-        }
-    }
-}
+pub use meshcache_dcm::HierCode;

@@ -22,8 +22,9 @@ use tokio_io_timeout::TimeoutStream;
 use crate::accesslog::{AccessLog, AccessRecord};
 use crate::cache::Cache;
 use crate::config::{Config, SocketOptions};
+use crate::coop::Coop;
 use crate::metrics::Metrics;
-use crate::outcome::{Hierarchy, ResultCode};
+use crate::outcome::{HierCode, ResultCode};
 use crate::upstream::{apply_socket_options, Upstream, SWEEP_INTERVAL};
 use crate::{admin, headers, service, ProxyError, Shared};
 
@@ -33,6 +34,8 @@ pub struct Listeners {
     pub http: Vec<TcpListener>,
     /// The admin listener, if enabled.
     pub admin: Option<TcpListener>,
+    /// The ICP socket, when the protocol is ICP.
+    pub icp: Option<tokio::net::UdpSocket>,
 }
 
 impl Listeners {
@@ -49,7 +52,18 @@ impl Listeners {
             .listen
             .map(|a| bind_tcp(a, &SocketOptions::default()))
             .transpose()?;
-        Ok(Listeners { http, admin })
+        let icp = if config.cooperation.protocol == crate::config::Protocol::Icp {
+            let addr = config.cooperation.icp_listen;
+            let bind = || -> std::io::Result<tokio::net::UdpSocket> {
+                let socket = std::net::UdpSocket::bind(addr)?;
+                socket.set_nonblocking(true)?;
+                tokio::net::UdpSocket::from_std(socket)
+            };
+            Some(bind().map_err(|source| ProxyError::Bind { addr, source })?)
+        } else {
+            None
+        };
+        Ok(Listeners { http, admin, icp })
     }
 
     /// The client listeners' addresses.
@@ -109,11 +123,13 @@ impl Proxy {
                 .unwrap_or_else(|_| http::HeaderValue::from_static("MISS"))
         };
         let (x_cache_hit, x_cache_miss) = (x_cache("HIT"), x_cache("MISS"));
+        let coop = Coop::new(&config.cooperation, &config.peers);
         Ok(Proxy {
             shared: Arc::new(Shared {
                 config,
                 cache,
                 upstream,
+                coop,
                 metrics,
                 log,
                 via,
@@ -169,6 +185,18 @@ impl Proxy {
             tasks.push(tokio::spawn(admin_loop(
                 shared.clone(),
                 listener,
+                stop_rx.clone(),
+            )));
+        }
+        if let Some(socket) = listeners.icp {
+            let socket = Arc::new(socket);
+            if let Ok(addr) = socket.local_addr() {
+                tracing::info!(%addr, peers = shared.config.peers.len(), "ICP listening");
+            }
+            shared.coop.attach(socket.clone());
+            tasks.push(tokio::spawn(crate::coop::run_icp(
+                shared.clone(),
+                socket,
                 stop_rx.clone(),
             )));
         }
@@ -295,7 +323,8 @@ async fn serve_connection(
                     bytes: 0,
                     method: "NONE",
                     url: "",
-                    hierarchy: Hierarchy::HierNone,
+                    hierarchy: HierCode::None,
+                    timed_out: false,
                     peer: None,
                     content_type: None,
                 });

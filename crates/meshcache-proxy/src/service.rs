@@ -24,17 +24,18 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{request, Method, Request, Response, StatusCode, Uri, Version};
-use http_body_util::{BodyExt, Either, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use meshcache_store::InvalidateCause;
 
 use crate::body::{Capture, ProxyBody, Relay, Transaction};
 use crate::cache::{CachedObject, Collapse, FetchGuard, Found};
+use crate::coop::{self, Forwarded};
 use crate::error::UpstreamError;
 use crate::headers::{self, parse_range, RangeRequest, RequestDirectives};
-use crate::outcome::{Hierarchy, ResultCode};
+use crate::outcome::ResultCode;
 use crate::semantics::{self, ConditionalHit, Freshness, Usability};
-use crate::upstream::{no_body, UpBody};
+use crate::upstream::UpBody;
 use crate::{tunnel, Shared};
 
 static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
@@ -199,7 +200,7 @@ fn target(shared: &Shared, uri: &Uri) -> Result<Target, (StatusCode, &'static st
 }
 
 /// Builds the request sent upstream: origin-form, hop-by-hop headers removed, `Via` added.
-fn upstream_request(
+pub(crate) fn upstream_request(
     shared: &Shared,
     method: Method,
     headers: &HeaderMap,
@@ -423,18 +424,21 @@ async fn fetch(
     guard: Option<FetchGuard>,
     code: ResultCode,
 ) -> Response<ProxyBody> {
-    let up = upstream_request(
+    let now = SystemTime::now();
+    let hierarchical = parts.method == Method::GET
+        && !RequestDirectives::parse(&parts.headers).no_cache
+        && !parts.headers.contains_key(header::AUTHORIZATION);
+    match coop::forward(
         shared,
-        parts.method.clone(),
+        &parts.method,
         &parts.headers,
         &target,
-        no_body(),
-    );
-    let now = SystemTime::now();
-    match shared.upstream.send(&target.host, target.port, up).await {
-        Ok((resp, lease)) => {
-            relay_response(shared, txn, &parts, &target, resp, lease, guard, code, now)
-        }
+        None,
+        hierarchical,
+    )
+    .await
+    {
+        Ok(fwd) => relay_response(shared, txn, &parts, &target, fwd, guard, code, now),
         Err(e) => upstream_failed(shared, txn, e),
     }
 }
@@ -446,18 +450,27 @@ fn relay_response(
     mut txn: Transaction,
     req: &request::Parts,
     target: &Target,
-    resp: Response<Incoming>,
-    lease: crate::upstream::Lease,
+    fwd: Forwarded,
     guard: Option<FetchGuard>,
     code: ResultCode,
     now: SystemTime,
 ) -> Response<ProxyBody> {
-    let (mut rparts, incoming) = resp.into_parts();
-    txn.hierarchy = Hierarchy::HierDirect;
+    let Forwarded {
+        response,
+        lease,
+        hier,
+        timed_out,
+        proxy_only,
+        ..
+    } = fwd;
+    let (mut rparts, incoming) = response.into_parts();
+    txn.hierarchy = hier;
+    txn.timed_out = timed_out;
     txn.peer = lease.peer().map(|ip| ip.to_string());
     headers::strip_hop_by_hop(&mut rparts.headers);
     let directives = RequestDirectives::parse(&req.headers);
-    let freshness = if directives.no_store || req.headers.contains_key(header::RANGE) {
+    let freshness = if proxy_only || directives.no_store || req.headers.contains_key(header::RANGE)
+    {
         None
     } else {
         Freshness::for_exchange(
@@ -517,9 +530,10 @@ fn relay_response(
     headers::append_via(&mut rparts.headers, &shared.via);
     rparts
         .headers
-        .insert(X_CACHE.clone(), shared.x_cache_miss.clone());
+        .append(X_CACHE.clone(), shared.x_cache_miss.clone());
     if let Ok(v) = HeaderValue::from_str(&format!("{}; {detail}", shared.config.name)) {
-        rparts.headers.insert(CACHE_STATUS.clone(), v);
+        // Each cache on the path adds its own entry (RFC 9211 §2), as Squid does for X-Cache.
+        rparts.headers.append(CACHE_STATUS.clone(), v);
     }
     txn.result = code;
     txn.status = rparts.status.as_u16();
@@ -549,20 +563,19 @@ async fn revalidate(
     client_headers.remove(header::RANGE);
     client_headers.remove(header::IF_RANGE);
     semantics::add_validators(&mut client_headers, &stored);
-    let up = upstream_request(shared, Method::GET, &client_headers, &target, no_body());
-    let result = shared.upstream.send(&target.host, target.port, up).await;
+    let result = coop::forward(shared, &Method::GET, &client_headers, &target, None, false).await;
     let now_after = SystemTime::now();
-    if let Ok((_, lease)) = &result {
-        txn.hierarchy = Hierarchy::HierDirect;
-        txn.peer = lease.peer().map(|ip| ip.to_string());
+    if let Ok(fwd) = &result {
+        txn.hierarchy = fwd.hier;
+        txn.peer = fwd.lease.peer().map(|ip| ip.to_string());
     }
     match result {
-        Ok((resp, lease))
-            if resp.status() == StatusCode::NOT_MODIFIED
-                && semantics::not_modified_matches(&stored, resp.headers()) =>
+        Ok(fwd)
+            if fwd.response.status() == StatusCode::NOT_MODIFIED
+                && semantics::not_modified_matches(&stored, fwd.response.headers()) =>
         {
-            lease.release();
-            let merged = semantics::merge_not_modified(&stored, resp.headers());
+            let merged = semantics::merge_not_modified(&stored, fwd.response.headers());
+            fwd.lease.release();
             let refreshed = match Freshness::for_exchange(
                 &parts,
                 object.status,
@@ -595,8 +608,8 @@ async fn revalidate(
                 "fwd=stale; fwd-status=304",
             )
         }
-        Ok((resp, _lease))
-            if resp.status().is_server_error()
+        Ok(fwd)
+            if fwd.response.status().is_server_error()
                 && object.freshness.stale_if_error_allows(now_after) =>
         {
             serve_stored(
@@ -609,7 +622,7 @@ async fn revalidate(
                 "hit; fwd=stale; detail=stale-if-error",
             )
         }
-        Ok((resp, lease)) => {
+        Ok(fwd) => {
             let mut req_parts = parts;
             req_parts.headers = client_headers;
             // The client's own conditionals were replaced by ours; it gets the full response.
@@ -618,8 +631,7 @@ async fn revalidate(
                 txn,
                 &req_parts,
                 &target,
-                resp,
-                lease,
+                fwd,
                 None,
                 ResultCode::TcpRefreshModified,
                 now_after,
@@ -660,8 +672,8 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
             headers.remove(h);
         }
         semantics::add_validators(&mut headers, &stored);
-        let up = upstream_request(&shared, Method::GET, &headers, &target, no_body());
-        let Ok((resp, lease)) = shared.upstream.send(&target.host, target.port, up).await else {
+        let Ok(fwd) = coop::forward(&shared, &Method::GET, &headers, &target, None, false).await
+        else {
             return;
         };
         let now = SystemTime::now();
@@ -671,6 +683,11 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
             .unwrap_or_else(|_| Request::new(()).into_parts().0);
         parts.headers = request;
         let heuristic = shared.config.cache.heuristic_fraction;
+        let Forwarded {
+            response: resp,
+            lease,
+            ..
+        } = fwd;
         if resp.status() == StatusCode::NOT_MODIFIED
             && semantics::not_modified_matches(&stored, resp.headers())
         {
@@ -717,22 +734,26 @@ async fn pass_through(
     body: Incoming,
     target: Target,
 ) -> Response<ProxyBody> {
-    let up = upstream_request(
+    match coop::forward(
         shared,
-        parts.method.clone(),
+        &parts.method,
         &parts.headers,
         &target,
-        Either::Left(body),
-    );
-    match shared.upstream.send(&target.host, target.port, up).await {
-        Ok((resp, lease)) => {
+        Some(body),
+        false,
+    )
+    .await
+    {
+        Ok(fwd) => {
+            let status = fwd.response.status();
             let safe = matches!(parts.method, Method::OPTIONS | Method::TRACE);
-            if !safe && (resp.status().is_success() || resp.status().is_redirection()) {
+            if !safe && (status.is_success() || status.is_redirection()) {
                 shared
                     .cache
                     .invalidate(&target.url, InvalidateCause::UnsafeMethod);
                 for name in [header::LOCATION, header::CONTENT_LOCATION] {
-                    if let Some(url) = resp
+                    if let Some(url) = fwd
+                        .response
                         .headers()
                         .get(&name)
                         .and_then(|v| v.to_str().ok())
@@ -747,8 +768,7 @@ async fn pass_through(
                 txn,
                 &parts,
                 &target,
-                resp,
-                lease,
+                fwd,
                 None,
                 ResultCode::TcpMiss,
                 SystemTime::now(),

@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 use tokio_io_timeout::TimeoutStream;
 
 use crate::body::{ProxyBody, Transaction};
-use crate::outcome::{Hierarchy, ResultCode};
+use crate::outcome::{HierCode, ResultCode};
 use crate::service::refuse;
 use crate::Shared;
 
@@ -77,7 +77,7 @@ pub(crate) async fn connect(
     let _ = upstream.set_nodelay(shared.config.upstream.socket.nodelay);
     txn.result = ResultCode::TcpTunnel;
     txn.status = 200;
-    txn.hierarchy = Hierarchy::HierDirect;
+    txn.hierarchy = HierCode::Direct;
     txn.peer = Some(authority.host().to_owned());
     let idle = shared.config.http.idle_timeout;
     let req = http::Request::from_parts(parts, ());

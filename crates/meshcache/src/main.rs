@@ -28,10 +28,32 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// ICP operator tools.
+    Icp {
+        #[command(subcommand)]
+        command: IcpCommand,
+    },
     /// The evaluation lab's emulators.
     Lab {
         #[command(subcommand)]
         command: LabCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum IcpCommand {
+    /// Ask a peer whether it holds URL; prints its reply and the round trip.
+    Query {
+        /// The peer's ICP address (host:port).
+        peer: std::net::SocketAddr,
+        /// The absolute URL to ask about.
+        url: String,
+        /// Local address to send from (peers answer only the address they have configured).
+        #[arg(long, default_value = "0.0.0.0:0")]
+        from: std::net::SocketAddr,
+        /// How long to wait for the reply.
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
 }
 
@@ -75,6 +97,9 @@ fn main() -> ExitCode {
             command: ConfigCommand::Check { file },
         } => load(&file).map(|_| println!("{}: ok", file.display())),
         Command::Run { config } => run(config),
+        Command::Icp {
+            command: IcpCommand::Query { peer, url, from, timeout },
+        } => icp_query(peer, &url, from, timeout),
         Command::Lab {
             command: LabCommand::Origin { listen },
         } => lab_origin(listen),
@@ -143,4 +168,42 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// Sends one ICP query and prints the answer: `ICP_OP_MISS from 127.0.0.2:3130 in 0.4 ms (reqnum 1)`.
+fn icp_query(peer: std::net::SocketAddr, url: &str, from: std::net::SocketAddr, timeout: std::time::Duration) -> anyhow::Result<()> {
+    use meshcache_wire::icp;
+    let socket = std::net::UdpSocket::bind(from).with_context(|| format!("cannot bind {from}"))?;
+    socket.set_read_timeout(Some(timeout))?;
+    let reqnum = std::process::id().max(1);
+    let mut query = Vec::new();
+    icp::encode(&icp::Message::query(reqnum, url.as_bytes()), &mut query).context("cannot encode the query")?;
+    let started = std::time::Instant::now();
+    socket.send_to(&query, peer).with_context(|| format!("cannot send to {peer}"))?;
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let (n, src) = socket.recv_from(&mut buf).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                anyhow::anyhow!("no reply from {peer} within {timeout:?}")
+            }
+            _ => e.into(),
+        })?;
+        let rtt = started.elapsed();
+        let reply = match icp::decode(&buf[..n]) {
+            Ok(m) if m.reqnum == reqnum => m,
+            Ok(_) => continue,
+            Err(e) => anyhow::bail!("undecodable reply from {src}: {e}"),
+        };
+        let mut line = format!(
+            "{} from {src} in {:.1} ms (reqnum {})",
+            reply.opcode.name(),
+            rtt.as_secs_f64() * 1000.0,
+            reply.reqnum
+        );
+        if let Some(r) = reply.src_rtt() {
+            line.push_str(&format!(", origin rtt {} ms, {} hops", r.rtt_ms, r.hops));
+        }
+        println!("{line}");
+        return Ok(());
+    }
 }

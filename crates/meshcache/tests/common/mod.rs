@@ -26,21 +26,61 @@ pub struct Node {
     _dir: tempfile::TempDir,
 }
 
-/// Starts a proxy on 127.0.0.1:0 with the access log written through, after `tweak`.
-pub async fn node(tweak: impl FnOnce(&mut Config)) -> Node {
+/// A proxy whose sockets are bound but which does not serve yet: its addresses are known, so
+/// other nodes can name it as a peer before it starts.
+pub struct Bound {
+    pub config: Config,
+    pub listeners: Listeners,
+    pub addr: SocketAddr,
+    pub icp: Option<SocketAddr>,
+    dir: tempfile::TempDir,
+}
+
+/// Binds a proxy on 127.0.0.1:0 (and ICP on 127.0.0.1:0 when `icp`), access log written through.
+pub fn bind(icp: bool, tweak: impl FnOnce(&mut Config)) -> Bound {
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("access.log");
     let mut config = Config {
         name: "testcache".into(),
         ..Config::default()
     };
     config.http.listen = vec!["127.0.0.1:0".parse().expect("addr")];
     config.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
-    config.log.access = Some(log.clone());
+    config.log.access = Some(dir.path().join("access.log"));
     config.log.flush_interval = Duration::ZERO;
+    if icp {
+        config.cooperation.protocol = meshcache_proxy::config::Protocol::Icp;
+        config.cooperation.icp_listen = "127.0.0.1:0".parse().expect("addr");
+    }
     tweak(&mut config);
     let listeners = Listeners::bind(&config).expect("bind");
     let addr = listeners.http[0].local_addr().expect("addr");
+    let icp = listeners
+        .icp
+        .as_ref()
+        .map(|s| s.local_addr().expect("icp addr"));
+    if let Some(a) = icp {
+        config.cooperation.icp_listen = a;
+    }
+    Bound {
+        config,
+        listeners,
+        addr,
+        icp,
+        dir,
+    }
+}
+
+/// Starts a bound proxy, after a last change to its config (e.g. adding peers).
+pub fn start(bound: Bound, tweak: impl FnOnce(&mut Config)) -> Node {
+    let Bound {
+        mut config,
+        listeners,
+        addr,
+        dir,
+        ..
+    } = bound;
+    tweak(&mut config);
+    let log = config.log.access.clone().expect("log path");
     let admin = listeners
         .admin
         .as_ref()
@@ -66,6 +106,11 @@ pub async fn node(tweak: impl FnOnce(&mut Config)) -> Node {
         task: Some(task),
         _dir: dir,
     }
+}
+
+/// Starts a proxy on 127.0.0.1:0 with the access log written through, after `tweak`.
+pub async fn node(tweak: impl FnOnce(&mut Config)) -> Node {
+    start(bind(false, tweak), |_| {})
 }
 
 impl Node {

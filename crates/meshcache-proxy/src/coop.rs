@@ -1,0 +1,500 @@
+//! The cooperation driver: runs the `meshcache-dcm` machines with real sockets.
+//!
+//! [`Coop::route`] answers "where should this miss go?": it starts the search (ICP queries to
+//! the peers worth asking, or none), waits for the decision (a HIT, all replies in, or the
+//! adaptive deadline) and returns the ordered hops. [`forward`] then tries the hops in order:
+//! a sibling is asked with `only-if-cached` (its 504 means "gone since", and the next hop is
+//! tried), and a peer that refuses the connection or sends no response head within
+//! `cooperation.peer_response_timeout` is marked down and skipped, so a dead or stalled parent
+//! costs at most that bound and never the request. [`Coop::run_icp`] is the UDP side: it
+//! answers peers' queries from the store and feeds replies to the search.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use ipnet::IpNet;
+use meshcache_dcm::icp::{Outcome, Search};
+use meshcache_dcm::{
+    HierCode, Hop, IcpConfig, IcpMesh, PeerId, PeerSpec, Reply, ReplyKind, Role, Route,
+};
+use meshcache_wire::icp;
+use parking_lot::Mutex;
+use serde::Serialize;
+use tokio::net::UdpSocket;
+use tokio::sync::oneshot;
+
+use crate::config::{CooperationConfig, PeerConfig, Protocol};
+use crate::error::UpstreamError;
+use crate::service::Target;
+use crate::upstream::{Lease, UpBody};
+use crate::Shared;
+
+/// Node-wide ICP counters.
+#[derive(Debug, Default)]
+pub struct IcpCounters {
+    /// Queries sent.
+    pub queries_sent: AtomicU64,
+    /// Replies received (from peers).
+    pub replies_received: AtomicU64,
+    /// Queries received.
+    pub queries_received: AtomicU64,
+    /// Replies sent.
+    pub replies_sent: AtomicU64,
+    /// Queries from strangers, answered DENIED.
+    pub denied: AtomicU64,
+    /// Datagrams that did not decode, or came from nobody we know.
+    pub dropped: AtomicU64,
+}
+
+/// The cooperation state of a node.
+pub struct Coop {
+    mesh: Mutex<IcpMesh>,
+    specs: Vec<PeerSpec>,
+    config: CooperationConfig,
+    icp: OnceLock<Arc<UdpSocket>>,
+    waiters: Mutex<HashMap<u32, oneshot::Sender<Route>>>,
+    /// Counters.
+    pub counters: IcpCounters,
+}
+
+/// What a forwarded request went through.
+pub struct Forwarded {
+    /// The response head and body.
+    pub response: Response<Incoming>,
+    /// The connection, to release when the body is done.
+    pub lease: Lease,
+    /// How the hop was chosen.
+    pub hier: HierCode,
+    /// The ICP wait ended by timeout.
+    pub timed_out: bool,
+    /// Do not store what came back (a `proxy_only` peer served it).
+    pub proxy_only: bool,
+    /// The peer's name, when a peer served it.
+    pub peer: Option<String>,
+}
+
+impl Coop {
+    /// Builds the peer table. Queries go out once an ICP socket is attached.
+    pub fn new(config: &CooperationConfig, peers: &[PeerConfig]) -> Self {
+        let speaks_icp = config.protocol == Protocol::Icp;
+        let specs: Vec<PeerSpec> = peers
+            .iter()
+            .map(|p| PeerSpec {
+                name: p.name.clone(),
+                role: p.role,
+                http: p.http,
+                icp: if speaks_icp { p.icp } else { None },
+                no_query: p.no_query,
+                default: p.default,
+                round_robin: p.round_robin,
+                proxy_only: p.proxy_only,
+                weight: p.weight,
+                domains: p.domains.clone(),
+            })
+            .collect();
+        let icp_config = IcpConfig {
+            timeout_floor: config.icp_timeout_floor,
+            timeout_ceiling: config.icp_timeout_ceiling,
+            dead_after: config.dead_peer_timeout,
+        };
+        Coop {
+            mesh: Mutex::new(IcpMesh::new(specs.clone(), icp_config)),
+            specs,
+            config: config.clone(),
+            icp: OnceLock::new(),
+            waiters: Mutex::new(HashMap::new()),
+            counters: IcpCounters::default(),
+        }
+    }
+
+    /// Attaches the bound ICP socket (once).
+    pub fn attach(&self, socket: Arc<UdpSocket>) {
+        let _ = self.icp.set(socket);
+    }
+
+    /// The ICP socket's address, when ICP is on.
+    pub fn icp_addr(&self) -> Option<SocketAddr> {
+        self.icp.get().and_then(|s| s.local_addr().ok())
+    }
+
+    /// Decides where a miss of `url` goes. `hierarchical`: may siblings be asked.
+    pub async fn route(&self, url: &str, host: &str, hierarchical: bool) -> Route {
+        if self.specs.is_empty() {
+            return Route::direct();
+        }
+        let search = self
+            .mesh
+            .lock()
+            .begin(Instant::now(), url, host, hierarchical);
+        let Search {
+            reqnum,
+            queries,
+            outcome,
+        } = search;
+        let waiter = match &outcome {
+            Outcome::Wait { .. } => {
+                let (tx, rx) = oneshot::channel();
+                self.waiters.lock().insert(reqnum, tx);
+                Some(rx)
+            }
+            Outcome::Decided(_) => None,
+        };
+        if !queries.is_empty() {
+            self.send_queries(reqnum, url, &queries).await;
+        }
+        match (outcome, waiter) {
+            (Outcome::Decided(route), _) => route,
+            (Outcome::Wait { deadline }, Some(mut rx)) => {
+                let _forget = Forget { coop: self, reqnum };
+                let deadline = tokio::time::Instant::from_std(deadline);
+                tokio::select! {
+                    decided = &mut rx => decided.unwrap_or_else(|_| Route::direct()),
+                    _ = tokio::time::sleep_until(deadline) => {
+                        let route = self.mesh.lock().on_deadline(Instant::now(), reqnum);
+                        match route {
+                            Some(route) => route,
+                            // A reply decided it just now.
+                            None => rx.try_recv().unwrap_or_else(|_| Route::direct()),
+                        }
+                    }
+                }
+            }
+            (Outcome::Wait { .. }, None) => Route::direct(),
+        }
+    }
+
+    /// The spec of a peer.
+    pub fn spec(&self, id: PeerId) -> &PeerSpec {
+        &self.specs[id.0]
+    }
+
+    fn fetch_result(&self, id: PeerId, ok: bool) {
+        let mut mesh = self.mesh.lock();
+        if ok {
+            mesh.fetch_ok(id);
+        } else {
+            mesh.fetch_failed(Instant::now(), id);
+        }
+    }
+
+    /// Per-peer figures for `/stats` and `/metrics`.
+    pub fn peer_stats(&self) -> Vec<PeerReport> {
+        let now = Instant::now();
+        let mesh = self.mesh.lock();
+        mesh.peers()
+            .iter()
+            .map(|p| PeerReport {
+                name: p.spec.name.clone(),
+                role: match p.spec.role {
+                    Role::Parent => "parent",
+                    Role::Sibling => "sibling",
+                },
+                up: p.http_up(now),
+                icp_alive: p.icp_alive(now, self.config.dead_peer_timeout),
+                rtt_ms: p.rtt_ms,
+                stats: p.stats.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Forgets a search whose requester went away.
+struct Forget<'a> {
+    coop: &'a Coop,
+    reqnum: u32,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        self.coop.waiters.lock().remove(&self.reqnum);
+        self.coop.mesh.lock().abandon(self.reqnum);
+    }
+}
+
+/// One peer, as `/stats` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerReport {
+    /// Name.
+    pub name: String,
+    /// `parent` or `sibling`.
+    pub role: &'static str,
+    /// Its HTTP side may be used.
+    pub up: bool,
+    /// It answers ICP.
+    pub icp_alive: bool,
+    /// Mean ICP round trip.
+    pub rtt_ms: Option<u32>,
+    /// Counters.
+    pub stats: meshcache_dcm::peer::PeerStats,
+}
+
+/// Sends a request along its route: each hop in turn until one answers.
+///
+/// `retryable` requests (no body) move to the next hop when one fails; others get one try.
+pub(crate) async fn forward(
+    shared: &Shared,
+    method: &Method,
+    headers: &HeaderMap,
+    target: &Target,
+    mut body: Option<Incoming>,
+    hierarchical: bool,
+) -> Result<Forwarded, UpstreamError> {
+    let route = shared
+        .coop
+        .route(&target.url, &target.host, hierarchical)
+        .await;
+    let mut last_error = None;
+    let hops = route.hops.len();
+    for (i, hop) in route.hops.iter().enumerate() {
+        let last = i + 1 == hops || body.is_some();
+        let up_body: UpBody = match body.take() {
+            Some(b) => http_body_util::Either::Left(b),
+            None => crate::upstream::no_body(),
+        };
+        match *hop {
+            Hop::Direct => {
+                let req = crate::service::upstream_request(
+                    shared,
+                    method.clone(),
+                    headers,
+                    target,
+                    up_body,
+                );
+                match shared.upstream.send(&target.host, target.port, req).await {
+                    Ok((response, lease)) => {
+                        return Ok(Forwarded {
+                            response,
+                            lease,
+                            hier: HierCode::Direct,
+                            timed_out: route.timed_out,
+                            proxy_only: false,
+                            peer: None,
+                        })
+                    }
+                    Err(e) => last_error = Some(e),
+                }
+            }
+            Hop::Peer { peer, code } => {
+                let spec = shared.coop.spec(peer);
+                let req = peer_request(
+                    shared,
+                    method,
+                    headers,
+                    target,
+                    spec.role == Role::Sibling,
+                    up_body,
+                );
+                let host = spec.http.ip().to_string();
+                shared.coop.mesh.lock().fetch_started(peer);
+                let sent = tokio::time::timeout(
+                    shared.config.cooperation.peer_response_timeout,
+                    shared.upstream.send(&host, spec.http.port(), req),
+                )
+                .await;
+                match sent {
+                    Ok(Ok((response, lease))) => {
+                        shared.coop.fetch_result(peer, true);
+                        if spec.role == Role::Sibling
+                            && response.status() == StatusCode::GATEWAY_TIMEOUT
+                            && !last
+                        {
+                            // only-if-cached: the sibling no longer has it.
+                            continue;
+                        }
+                        return Ok(Forwarded {
+                            response,
+                            lease,
+                            hier: code,
+                            timed_out: route.timed_out,
+                            proxy_only: spec.proxy_only,
+                            peer: Some(spec.name.clone()),
+                        });
+                    }
+                    Ok(Err(e)) => {
+                        tracing::info!(peer = %spec.name, error = %e, "peer failed; trying the next hop");
+                        shared.coop.fetch_result(peer, false);
+                        last_error = Some(e);
+                    }
+                    Err(_) => {
+                        tracing::warn!(peer = %spec.name, "peer stalled; trying the next hop");
+                        shared.coop.fetch_result(peer, false);
+                        last_error = Some(UpstreamError::ReadTimeout {
+                            host: spec.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    Err(last_error.unwrap_or_else(|| UpstreamError::ReadTimeout {
+        host: target.host.clone(),
+    }))
+}
+
+/// A request to a peer: absolute-form, our Via, and `only-if-cached` for a sibling.
+fn peer_request(
+    shared: &Shared,
+    method: &Method,
+    headers: &HeaderMap,
+    target: &Target,
+    sibling: bool,
+    body: UpBody,
+) -> Request<UpBody> {
+    let mut req = crate::service::upstream_request(shared, method.clone(), headers, target, body);
+    *req.uri_mut() = target.url.parse().unwrap_or_else(|_| Uri::from_static("/"));
+    *req.version_mut() = Version::HTTP_11;
+    if sibling {
+        req.headers_mut().append(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("only-if-cached"),
+        );
+    }
+    req
+}
+
+/// Whether `ip` may query us without being a peer.
+pub fn icp_allowed(allow: &[IpNet], ip: IpAddr) -> bool {
+    allow.iter().any(|n| n.contains(&ip))
+}
+
+impl Coop {
+    /// Sends one ICP query for `url` to each peer, all with `reqnum`.
+    async fn send_queries(&self, reqnum: u32, url: &str, to: &[(PeerId, SocketAddr)]) {
+        let Some(socket) = self.icp.get() else { return };
+        let mut datagram = Vec::with_capacity(64 + url.len());
+        if let Err(e) = icp::encode(&icp::Message::query(reqnum, url.as_bytes()), &mut datagram) {
+            tracing::debug!(%url, error = %e, "URL cannot be sent by ICP");
+            return;
+        }
+        for (_, addr) in to {
+            match socket.send_to(&datagram, addr).await {
+                Ok(_) => {
+                    self.counters.queries_sent.fetch_add(1, Relaxed);
+                }
+                Err(e) => tracing::debug!(%addr, error = %e, "ICP send failed"),
+            }
+        }
+    }
+}
+
+/// The UDP side of ICP: answers queries from the store, feeds replies to searches.
+pub(crate) async fn run_icp(
+    shared: Arc<Shared>,
+    socket: Arc<UdpSocket>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        let (len, from) = tokio::select! {
+            r = socket.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!(error = %e, "ICP receive failed");
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        out.clear();
+        if let Some(reply_to) = handle_datagram(&shared, &buf[..len], from, &mut out) {
+            if socket.send_to(&out, reply_to).await.is_ok() {
+                shared.coop.counters.replies_sent.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// Handles one datagram; returns where to send `out` when it holds a reply.
+fn handle_datagram(
+    shared: &Shared,
+    datagram: &[u8],
+    from: SocketAddr,
+    out: &mut Vec<u8>,
+) -> Option<SocketAddr> {
+    let coop = &shared.coop;
+    let message = match icp::decode(datagram) {
+        Ok(m) => m,
+        Err(e) => {
+            coop.counters.dropped.fetch_add(1, Relaxed);
+            tracing::debug!(%from, error = %e, "bad ICP datagram");
+            // Squid answers a malformed query with ICP_OP_ERR; everything else is dropped.
+            let err = e.err_reply()?;
+            icp::encode(&err, out).ok()?;
+            return Some(from);
+        }
+    };
+    match message.opcode {
+        icp::Opcode::Query => {
+            coop.counters.queries_received.fetch_add(1, Relaxed);
+            let child = icp_allowed(&coop.config.icp_allow, from.ip());
+            let asker = coop.mesh.lock().on_query(from, child);
+            let url = message
+                .url_str()
+                .filter(|u| !u.contains(char::is_whitespace));
+            let holding =
+                if url.is_some_and(|u| shared.cache.fresh_for(u, coop.config.icp_hit_min_fresh)) {
+                    meshcache_dcm::Holding::Fresh
+                } else {
+                    meshcache_dcm::Holding::Nothing
+                };
+            let kind = if url.is_none() {
+                ReplyKind::Err
+            } else {
+                meshcache_dcm::answer(asker, holding)
+            };
+            if kind == ReplyKind::Denied {
+                let n = coop.counters.denied.fetch_add(1, Relaxed) + 1;
+                if n.is_power_of_two() {
+                    tracing::warn!(%from, denied = n, "ICP query from a source that is not a peer");
+                }
+            }
+            let opcode = match kind {
+                ReplyKind::Hit => icp::Opcode::Hit,
+                ReplyKind::Miss => icp::Opcode::Miss,
+                ReplyKind::MissNoFetch => icp::Opcode::MissNoFetch,
+                ReplyKind::Denied => icp::Opcode::Denied,
+                ReplyKind::Err => icp::Opcode::Err,
+            };
+            icp::encode(&icp::Message::reply(opcode, &message).ok()?, out).ok()?;
+            Some(from)
+        }
+        op => {
+            let kind = match op {
+                icp::Opcode::Hit => ReplyKind::Hit,
+                icp::Opcode::Miss | icp::Opcode::Decho => ReplyKind::Miss,
+                icp::Opcode::MissNoFetch => ReplyKind::MissNoFetch,
+                icp::Opcode::Denied => ReplyKind::Denied,
+                icp::Opcode::Err => ReplyKind::Err,
+                _ => {
+                    coop.counters.dropped.fetch_add(1, Relaxed);
+                    return None;
+                }
+            };
+            coop.counters.replies_received.fetch_add(1, Relaxed);
+            let url = message.url_str()?;
+            let reply = Reply {
+                kind,
+                reqnum: message.reqnum,
+                url,
+                src_rtt_ms: message.src_rtt().map(|r| r.rtt_ms),
+            };
+            let decided = coop.mesh.lock().on_reply(Instant::now(), from, reply);
+            if let Some((reqnum, route)) = decided {
+                if let Some(tx) = coop.waiters.lock().remove(&reqnum) {
+                    let _ = tx.send(route);
+                }
+            }
+            None
+        }
+    }
+}

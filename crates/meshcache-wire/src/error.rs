@@ -1,0 +1,162 @@
+//! The crate's error type, [`WireError`], and what a responder should do about a datagram that
+//! failed to decode, [`Verdict`].
+//!
+//! Every variant is specific enough to match on and to log. Decode errors say what Squid 5.7
+//! (Debian `5.7-2+deb12u6`, the build our vectors were captured from) does with the same
+//! datagram, so a meshcache responder can behave identically: see [`WireError::verdict`].
+
+use crate::icp::{Message, Opcode};
+
+/// Everything that can go wrong while decoding or encoding a wire message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The datagram is shorter than its structure requires: under the 20-byte ICP header, or a
+    /// `HIT_OBJ` whose object is cut short. Squid ignores it.
+    #[error("truncated: need {need} bytes, have {have}")]
+    Truncated {
+        /// Bytes the structure needs.
+        need: usize,
+        /// Bytes present.
+        have: usize,
+    },
+
+    /// The datagram is longer than the largest ICP message Squid can receive (decode), or the
+    /// message would encode to more than that (encode).
+    #[error("message of {len} bytes exceeds the {max}-byte ICP maximum")]
+    TooLong {
+        /// Size of the datagram, or of the message that was to be encoded.
+        len: usize,
+        /// The limit, [`crate::icp::MAX_DATAGRAM`].
+        max: usize,
+    },
+
+    /// The header's Message Length field differs from the number of bytes received. Squid drops
+    /// the datagram without a reply.
+    #[error("length field says {header} bytes but the datagram has {datagram}")]
+    LengthMismatch {
+        /// Value of the header's length field.
+        header: u16,
+        /// Bytes in the datagram.
+        datagram: usize,
+    },
+
+    /// The version byte is not 2. Squid drops versions other than 2 and 3; it answers a
+    /// version-3 query in v2 format (and Debian's 5.7-2+deb12u6 then crashes), but meshcache
+    /// speaks v2 only and drops v3 too.
+    #[error("unsupported ICP version {0} (only 2 is spoken)")]
+    BadVersion(u8),
+
+    /// Opcode 0, `ICP_OP_INVALID`. Squid ignores it without logging.
+    #[error("opcode 0 (ICP_OP_INVALID)")]
+    InvalidOpcode,
+
+    /// An opcode with no ICP v2 meaning (5–9, 12–20, 24 and above). Squid logs
+    /// "UNKNOWN OPCODE" and drops it.
+    #[error("unknown ICP opcode {0}")]
+    UnknownOpcode(u8),
+
+    /// A `QUERY` too short to hold the requester address and a NUL-terminated URL (under 25
+    /// bytes). Squid answers `ICP_OP_ERR` with an empty URL.
+    #[error("ICP query of {len} bytes is too short for a requester address and a URL")]
+    QueryTooShort {
+        /// Request number of the query (echoed in the ERR reply).
+        reqnum: u32,
+        /// Datagram length.
+        len: usize,
+    },
+
+    /// No NUL byte ends the URL. A `QUERY` gets `ICP_OP_ERR` with an empty URL; anything else
+    /// is dropped.
+    #[error("{opcode} URL is not NUL-terminated")]
+    MissingNul {
+        /// Opcode of the message.
+        opcode: Opcode,
+        /// Request number of the message.
+        reqnum: u32,
+    },
+
+    /// Bytes follow the NUL that ends the URL (a second NUL, padding, or a URL with an embedded
+    /// NUL), or follow a `HIT_OBJ` object. A `QUERY` gets `ICP_OP_ERR` with an empty URL;
+    /// anything else is dropped.
+    #[error("{extra} unexpected bytes after the end of the {opcode} payload")]
+    TrailingBytes {
+        /// Opcode of the message.
+        opcode: Opcode,
+        /// Request number of the message.
+        reqnum: u32,
+        /// How many bytes follow the end of the payload.
+        extra: usize,
+    },
+
+    /// Encode: the URL contains a NUL byte, which would end it early on the wire.
+    #[error("URL contains a NUL byte at offset {at}")]
+    UrlContainsNul {
+        /// Offset of the first NUL in the URL.
+        at: usize,
+    },
+
+    /// Encode: the payload variant does not fit the opcode (a `QUERY` needs
+    /// `Payload::Query`, a `HIT_OBJ` needs `Payload::HitObj`, every other opcode
+    /// `Payload::Url`).
+    #[error("payload variant does not match opcode {opcode}")]
+    PayloadMismatch {
+        /// The message's opcode.
+        opcode: Opcode,
+    },
+
+    /// `Message::reply` was asked for an opcode that is not a plain URL reply (only HIT, MISS,
+    /// ERR, MISS_NOFETCH and DENIED are).
+    #[error("{0} is not a reply opcode")]
+    NotAReply(Opcode),
+}
+
+/// What a responder should do with a datagram that failed to decode, matching Squid 5.7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Send nothing back (Squid at most logs it).
+    Drop,
+    /// Answer the sender with `ICP_OP_ERR`, this request number and an empty URL (a 21-byte
+    /// datagram); [`WireError::err_reply`] builds it.
+    ReplyErr {
+        /// Request number to echo.
+        reqnum: u32,
+    },
+}
+
+impl WireError {
+    /// What Squid does with a datagram that fails to decode with this error.
+    ///
+    /// Only a malformed `QUERY` payload (too short, no final NUL, bytes after the NUL) is
+    /// answered, with `ICP_OP_ERR`; every header error, every unknown opcode and every
+    /// malformed reply is dropped. Encode-side errors return [`Verdict::Drop`]: there is no
+    /// datagram to answer.
+    pub fn verdict(&self) -> Verdict {
+        match *self {
+            WireError::QueryTooShort { reqnum, .. } => Verdict::ReplyErr { reqnum },
+            WireError::MissingNul {
+                opcode: Opcode::Query,
+                reqnum,
+            }
+            | WireError::TrailingBytes {
+                opcode: Opcode::Query,
+                reqnum,
+                ..
+            } => Verdict::ReplyErr { reqnum },
+            _ => Verdict::Drop,
+        }
+    }
+
+    /// `true` when the sender should get an `ICP_OP_ERR` reply (see [`WireError::verdict`]).
+    pub fn reply_with_err(&self) -> bool {
+        matches!(self.verdict(), Verdict::ReplyErr { .. })
+    }
+
+    /// The exact reply Squid sends for this error, if it sends one: `ICP_OP_ERR`, version 2,
+    /// the query's request number, flags and option data 0, sender 0, and an empty URL.
+    pub fn err_reply(&self) -> Option<Message> {
+        match self.verdict() {
+            Verdict::ReplyErr { reqnum } => Some(Message::malformed_query_err(reqnum)),
+            Verdict::Drop => None,
+        }
+    }
+}

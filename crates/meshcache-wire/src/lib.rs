@@ -1,0 +1,74 @@
+//! # meshcache-wire — pure wire codecs
+//!
+//! This crate turns protocol messages into bytes and bytes into messages, and nothing else: no
+//! sockets, no clock, no globals, no tokio. The cooperation driver in `meshcache-proxy` owns the
+//! UDP sockets, and the sans-IO state machines in `meshcache-dcm` decide what to send; both
+//! call into this crate to speak the exact bytes a Squid 5.7 peer sends and accepts.
+//!
+//! ## Layout
+//!
+//! - [`icp`] — ICP v2 (RFC 2186/2187) as Squid 5.7 speaks it: [`icp::Message`], [`icp::decode`],
+//!   [`icp::encode`], option flags, the SRC_RTT packing, and which malformed datagrams Squid
+//!   answers with `ICP_OP_ERR` versus silently drops ([`Verdict`]). The facts come from
+//!   `shared/spec/icp.md`; the byte vectors in `tests/vectors/` were captured from Debian's
+//!   Squid 5.7 (`tests/vectors/README.md` says how).
+//! - [`error`] — [`WireError`], the crate's one error enum, and [`Verdict`].
+//!
+//! Later codecs (our summary-update and directory extensions, CARP hashing) get a module each
+//! next to [`icp`].
+//!
+//! ## Guarantees
+//!
+//! - Decoders never panic, on any input (property-tested, and a cargo-fuzz target in `fuzz/`).
+//! - Decoding is strict: every datagram it accepts re-encodes to the identical bytes.
+//! - Encoders refuse what a peer would reject (NUL inside a URL, datagrams over
+//!   [`icp::MAX_DATAGRAM`] bytes) instead of sending it.
+
+pub mod error;
+pub mod icp;
+
+pub use error::{Verdict, WireError};
+
+/// Body of the `icp_decode` cargo-fuzz target (`fuzz/fuzz_targets/icp_decode.rs`), kept here so
+/// the property tests can run it on stable Rust.
+///
+/// Decodes `data`; on success checks that re-encoding gives back exactly `data`; on failure
+/// checks that the error's [`Verdict`] and its `ICP_OP_ERR` reply are consistent. It panics only
+/// when one of these codec invariants is broken, which is what a fuzzer looks for.
+#[doc(hidden)]
+pub fn fuzz_icp_decode(data: &[u8]) {
+    match icp::decode(data) {
+        Ok(msg) => {
+            let mut out = Vec::new();
+            if let Err(e) = icp::encode(&msg, &mut out) {
+                panic!("a decoded message does not re-encode: {e}");
+            }
+            assert_eq!(
+                out, data,
+                "re-encoding a decoded datagram changed its bytes"
+            );
+            assert_eq!(
+                msg.encoded_len(),
+                data.len(),
+                "encoded_len disagrees with decode"
+            );
+        }
+        Err(err) => {
+            let _ = err.to_string();
+            match (err.verdict(), err.err_reply()) {
+                (Verdict::Drop, None) => {}
+                (Verdict::ReplyErr { reqnum }, Some(reply)) => {
+                    assert_eq!(reply.reqnum, reqnum, "ERR reply does not echo the reqnum");
+                    let mut out = Vec::new();
+                    if let Err(e) = icp::encode(&reply, &mut out) {
+                        panic!("the ERR reply for a malformed query does not encode: {e}");
+                    }
+                    assert_eq!(out.len(), icp::HEADER_LEN + 1, "ERR reply is not 21 bytes");
+                }
+                (verdict, reply) => {
+                    panic!("verdict {verdict:?} inconsistent with ERR reply {reply:?}")
+                }
+            }
+        }
+    }
+}
