@@ -31,6 +31,7 @@ use tokio::sync::oneshot;
 
 use crate::config::{CooperationConfig, PeerConfig, Protocol};
 use crate::error::UpstreamError;
+use crate::headers;
 use crate::service::Target;
 use crate::upstream::{Lease, UpBody};
 use crate::Shared;
@@ -145,13 +146,14 @@ impl Coop {
             }
             Outcome::Decided(_) => None,
         };
+        // From here on, a requester that goes away must not leave its search behind.
+        let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
         if !queries.is_empty() {
             self.send_queries(reqnum, url, &queries).await;
         }
         match (outcome, waiter) {
             (Outcome::Decided(route), _) => route,
             (Outcome::Wait { deadline }, Some(mut rx)) => {
-                let _forget = Forget { coop: self, reqnum };
                 let deadline = tokio::time::Instant::from_std(deadline);
                 tokio::select! {
                     decided = &mut rx => decided.unwrap_or_else(|_| Route::direct()),
@@ -282,6 +284,10 @@ pub(crate) async fn forward(
             }
             Hop::Peer { peer, code } => {
                 let spec = shared.coop.spec(peer);
+                if headers::via_contains(headers, &spec.name) {
+                    // The request already passed through that peer: sending it back would loop.
+                    continue;
+                }
                 let req = peer_request(
                     shared,
                     method,

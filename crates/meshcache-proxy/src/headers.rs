@@ -50,6 +50,20 @@ pub fn via_value(name: &str) -> HeaderValue {
     .unwrap_or_else(|_| HeaderValue::from_static("1.1 meshcache"))
 }
 
+/// The most proxies a request may have passed through before we refuse it as a loop.
+pub const MAX_VIA_HOPS: usize = 16;
+
+/// How many proxies a request has passed through, by its `Via` entries.
+pub fn via_hops(headers: &HeaderMap) -> usize {
+    headers
+        .get_all(header::VIA)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter(|hop| !hop.trim().is_empty())
+        .count()
+}
+
 /// True when a `Via` header already names this node: the request has looped back to us.
 pub fn via_contains(headers: &HeaderMap, name: &str) -> bool {
     headers
@@ -305,6 +319,7 @@ mod tests {
         let h = map(&[("via", "1.1 edge (squid), 1.1 cache1 (meshcache/0.1.0)")]);
         assert!(via_contains(&h, "cache1"));
         assert!(!via_contains(&h, "cache2"));
+        assert_eq!(via_hops(&h), 2);
     }
 
     #[test]

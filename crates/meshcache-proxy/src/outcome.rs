@@ -1,8 +1,11 @@
 //! How each request ended, in Squid's vocabulary.
 //!
-//! Every transaction finishes with a [`ResultCode`] and a [`Hierarchy`] code. They are what the
+//! Every transaction finishes with a [`ResultCode`] and a [`HierCode`] (where the response
+//! came from, shared with the cooperation crate). They are what the
 //! access log prints (so Squid's log tools read our logs), what `X-Cache` and `Cache-Status`
 //! report, and what the metrics count.
+
+pub use meshcache_dcm::HierCode;
 
 /// Squid's result codes (the `%Ss` field of the native log format).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,5 +90,3 @@ impl ResultCode {
         self as usize
     }
 }
-
-pub use meshcache_dcm::HierCode;

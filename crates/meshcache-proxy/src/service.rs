@@ -115,14 +115,16 @@ pub(crate) async fn handle(
             ))
         }
     };
-    if headers::via_contains(&parts.headers, &shared.config.name) {
+    if headers::via_contains(&parts.headers, &shared.config.name)
+        || headers::via_hops(&parts.headers) > headers::MAX_VIA_HOPS
+    {
         return Ok(refuse(
             &shared,
             txn,
             StatusCode::LOOP_DETECTED,
             ResultCode::TcpDenied,
             "forwarding-loop",
-            "forwarding loop detected: this request already passed through this proxy",
+            "forwarding loop detected: this request already passed through this proxy, or through too many",
         ));
     }
     let response = if parts.method == Method::GET || parts.method == Method::HEAD {

@@ -98,7 +98,13 @@ fn main() -> ExitCode {
         } => load(&file).map(|_| println!("{}: ok", file.display())),
         Command::Run { config } => run(config),
         Command::Icp {
-            command: IcpCommand::Query { peer, url, from, timeout },
+            command:
+                IcpCommand::Query {
+                    peer,
+                    url,
+                    from,
+                    timeout,
+                },
         } => icp_query(peer, &url, from, timeout),
         Command::Lab {
             command: LabCommand::Origin { listen },
@@ -171,15 +177,23 @@ async fn shutdown_signal() {
 }
 
 /// Sends one ICP query and prints the answer: `ICP_OP_MISS from 127.0.0.2:3130 in 0.4 ms (reqnum 1)`.
-fn icp_query(peer: std::net::SocketAddr, url: &str, from: std::net::SocketAddr, timeout: std::time::Duration) -> anyhow::Result<()> {
+fn icp_query(
+    peer: std::net::SocketAddr,
+    url: &str,
+    from: std::net::SocketAddr,
+    timeout: std::time::Duration,
+) -> anyhow::Result<()> {
     use meshcache_wire::icp;
     let socket = std::net::UdpSocket::bind(from).with_context(|| format!("cannot bind {from}"))?;
     socket.set_read_timeout(Some(timeout))?;
     let reqnum = std::process::id().max(1);
     let mut query = Vec::new();
-    icp::encode(&icp::Message::query(reqnum, url.as_bytes()), &mut query).context("cannot encode the query")?;
+    icp::encode(&icp::Message::query(reqnum, url.as_bytes()), &mut query)
+        .context("cannot encode the query")?;
     let started = std::time::Instant::now();
-    socket.send_to(&query, peer).with_context(|| format!("cannot send to {peer}"))?;
+    socket
+        .send_to(&query, peer)
+        .with_context(|| format!("cannot send to {peer}"))?;
     let mut buf = [0u8; 16 * 1024];
     loop {
         let (n, src) = socket.recv_from(&mut buf).map_err(|e| match e.kind() {

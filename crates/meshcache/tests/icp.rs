@@ -242,13 +242,47 @@ async fn the_icp_query_command_prints_the_reply() {
     let run = |u: String| {
         let addr = a_icp.clone();
         tokio::task::spawn_blocking(move || {
-            std::process::Command::new(bin).args(["icp", "query", &addr, &u, "--from", "127.0.0.1:0"]).output().expect("run")
+            std::process::Command::new(bin)
+                .args(["icp", "query", &addr, &u, "--from", "127.0.0.1:0"])
+                .output()
+                .expect("run")
         })
     };
     let out = run(url.clone()).await.expect("join");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && text.starts_with("ICP_OP_HIT from "), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && text.starts_with("ICP_OP_HIT from "),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = run(origin.url("/never")).await.expect("join");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ICP_OP_MISS from "));
     a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_parents_do_not_loop() {
+    let origin = Origin::start().await.expect("origin");
+    let a = bind(false, |c| c.name = "a".into());
+    let b = bind(false, |c| c.name = "b".into());
+    let (a_http, b_http) = (a.addr, b.addr);
+    // Each names the other as its only parent: a request would ping-pong without Via checks.
+    let a = start(a, |c| c.peers = vec![peer("b", Role::Parent, b_http, None)]);
+    let b = start(b, |c| c.peers = vec![peer("a", Role::Parent, a_http, None)]);
+    let r = get(a.addr, &origin.url("/loop?size=4")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(origin.hits("/loop?size=4"), 1);
+    // b saw the request from a and went to the origin itself rather than back to a.
+    assert!(
+        hier(&b, 1).await.starts_with("HIER_DIRECT/"),
+        "{:?}",
+        b.log_lines(1).await
+    );
+    assert!(
+        hier(&a, 1).await.starts_with("SINGLE_PARENT/"),
+        "{:?}",
+        a.log_lines(1).await
+    );
+    a.stop().await;
+    b.stop().await;
 }
