@@ -25,6 +25,7 @@ pub mod cache;
 pub mod config;
 pub mod coop;
 pub mod error;
+pub mod guard;
 pub mod headers;
 pub mod metrics;
 pub mod outcome;

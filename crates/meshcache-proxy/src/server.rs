@@ -23,6 +23,7 @@ use crate::accesslog::{AccessLog, AccessRecord};
 use crate::cache::Cache;
 use crate::config::{Config, SocketOptions};
 use crate::coop::Coop;
+use crate::guard::{GuardedStream, HeadLimits, ViolationSlot};
 use crate::metrics::Metrics;
 use crate::outcome::{HierCode, ResultCode};
 use crate::upstream::{apply_socket_options, Upstream, SWEEP_INTERVAL};
@@ -277,19 +278,24 @@ async fn serve_connection(
 ) {
     let cfg = &shared.config.http;
     let _ = stream.set_nodelay(cfg.socket.nodelay);
-    let mut io = TimeoutStream::new(stream);
+    let slot = ViolationSlot::default();
+    let limits = HeadLimits {
+        max_bytes: usize::try_from(cfg.max_header_bytes).unwrap_or(usize::MAX),
+        max_headers: cfg.max_headers,
+    };
+    let mut io = TimeoutStream::new(GuardedStream::new(stream, limits, slot.clone()));
     io.set_read_timeout(Some(cfg.idle_timeout));
     io.set_write_timeout(Some(cfg.idle_timeout));
     let svc_shared = shared.clone();
-    let svc = service_fn(move |req| service::handle(svc_shared.clone(), peer, allowed, req));
+    let svc_slot = slot.clone();
+    let svc = service_fn(move |req| {
+        service::handle(svc_shared.clone(), peer, allowed, svc_slot.clone(), req)
+    });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(cfg.header_read_timeout)
-        .max_buf_size(
-            usize::try_from(cfg.max_header_bytes)
-                .unwrap_or(usize::MAX)
-                .max(8192),
-        )
+        // The guard bounds heads already; hyper's buffer only needs room for one.
+        .max_buf_size(limits.max_bytes.saturating_add(1024).max(8192))
         .max_headers(cfg.max_headers)
         .serve_connection(TokioIo::new(Box::pin(io)), svc)
         .with_upgrades();
@@ -301,37 +307,48 @@ async fn serve_connection(
             conn.await
         }
     };
-    if let Err(e) = result {
-        if e.is_parse() || e.is_parse_too_large() {
-            // hyper has answered 400 (or 431) already; log it as Squid logs a bad request.
-            shared
-                .metrics
-                .invalid_requests
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let status = if e.is_parse_too_large() { 431 } else { 400 };
-            tracing::info!(client = %peer, error = %e, "refused malformed request");
-            shared
-                .metrics
-                .record(ResultCode::NoneNone, 0, Duration::ZERO);
-            if let Some(log) = &shared.log {
-                log.log(&AccessRecord {
-                    start: std::time::SystemTime::now(),
-                    elapsed: Duration::ZERO,
-                    client: peer.ip(),
-                    result: ResultCode::NoneNone,
-                    status,
-                    bytes: 0,
-                    method: "NONE",
-                    url: "",
-                    hierarchy: HierCode::None,
-                    timed_out: false,
-                    peer: None,
-                    content_type: None,
-                });
-            }
-        } else {
-            tracing::debug!(client = %peer, error = %e, "client connection ended");
+    let violation = slot.lock().take();
+    let refused = match violation {
+        // A bad head: the guard answered it; log it as Squid logs a bad request.
+        Some(v) if !v.mid_body => Some((v.status, v.reason)),
+        // A bad body: the request that carried it has logged itself.
+        Some(_) => None,
+        None => match &result {
+            // Anything the guard let through but hyper still refused (hyper answered it).
+            Err(e) if e.is_parse() || e.is_parse_too_large() => Some((
+                if e.is_parse_too_large() { 431 } else { 400 },
+                e.to_string(),
+            )),
+            _ => None,
+        },
+    };
+    if let Some((status, reason)) = refused {
+        shared
+            .metrics
+            .invalid_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(client = %peer, %reason, "refused malformed request");
+        shared
+            .metrics
+            .record(ResultCode::NoneNone, 0, Duration::ZERO);
+        if let Some(log) = &shared.log {
+            log.log(&AccessRecord {
+                start: std::time::SystemTime::now(),
+                elapsed: Duration::ZERO,
+                client: peer.ip(),
+                result: ResultCode::NoneNone,
+                status,
+                bytes: 0,
+                method: "NONE",
+                url: "",
+                hierarchy: HierCode::None,
+                timed_out: false,
+                peer: None,
+                content_type: None,
+            });
         }
+    } else if let Err(e) = result {
+        tracing::debug!(client = %peer, error = %e, "client connection ended");
     }
 }
 

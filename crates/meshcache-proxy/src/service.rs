@@ -32,6 +32,7 @@ use crate::body::{Capture, ProxyBody, Relay, Transaction};
 use crate::cache::{CachedObject, Collapse, FetchGuard, Found};
 use crate::coop::{self, Forwarded};
 use crate::error::UpstreamError;
+use crate::guard::ViolationSlot;
 use crate::headers::{self, parse_range, RangeRequest, RequestDirectives};
 use crate::outcome::ResultCode;
 use crate::semantics::{self, ConditionalHit, Freshness, Usability};
@@ -60,6 +61,7 @@ pub(crate) async fn handle(
     shared: Arc<Shared>,
     client: SocketAddr,
     allowed: bool,
+    violation: ViolationSlot,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let (parts, body) = req.into_parts();
@@ -130,7 +132,7 @@ pub(crate) async fn handle(
     let response = if parts.method == Method::GET || parts.method == Method::HEAD {
         cached(&shared, txn, parts, target).await
     } else {
-        pass_through(&shared, txn, parts, body, target).await
+        pass_through(&shared, txn, parts, body, target, &violation).await
     };
     Ok(response)
 }
@@ -735,6 +737,7 @@ async fn pass_through(
     parts: request::Parts,
     body: Incoming,
     target: Target,
+    violation: &ViolationSlot,
 ) -> Response<ProxyBody> {
     match coop::forward(
         shared,
@@ -776,7 +779,18 @@ async fn pass_through(
                 SystemTime::now(),
             )
         }
-        Err(e) => upstream_failed(shared, txn, e),
+        Err(e) => match violation.lock().clone() {
+            // The client's body broke its own framing: that is the client's error, not the origin's.
+            Some(v) => refuse(
+                shared,
+                txn,
+                StatusCode::BAD_REQUEST,
+                ResultCode::NoneNone,
+                "invalid-request",
+                &v.reason,
+            ),
+            None => upstream_failed(shared, txn, e),
+        },
     }
 }
 

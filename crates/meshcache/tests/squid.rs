@@ -120,10 +120,14 @@ async fn wait_squid_heard(squid: &Squid, peer_ip: Ipv4Addr) -> String {
 }
 
 /// From a `server_list` page: how many `opcode` replies (e.g. "ICP_HIT") Squid counted from
-/// its (only) peer, per its "Histogram of PINGS ACKED".
+/// its (only) peer, per its "Histogram of PINGS ACKED". Squid cuts the names to 12 characters
+/// there (`ICP_MISS_NOFETCH` shows as `ICP_MISS_NOF`).
 fn acked(page: &str, opcode: &str) -> u64 {
     page.lines()
-        .find(|l| l.split(':').next().map(str::trim) == Some(opcode))
+        .find(|l| {
+            let name = l.split(':').next().map(str::trim).unwrap_or("");
+            !name.is_empty() && opcode.get(..12).unwrap_or(opcode) == name
+        })
         .and_then(|l| l.split(':').nth(1))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())

@@ -1,0 +1,474 @@
+//! The request-framing guard: checks every request head on a client connection before the
+//! HTTP parser sees it, so that smuggling attempts and malformed heads get a clear answer.
+//!
+//! hyper is lenient where RFC 9112 allows a choice (it reads a request carrying both
+//! `Content-Length` and `Transfer-Encoding` as chunked and closes afterwards) and answers its own
+//! parse errors with a bare 400. A forward proxy should refuse such requests outright and say
+//! why. [`GuardedStream`] sits between the socket and hyper: it holds back each request head
+//! until it is complete, parses it with `httparse`, checks the framing headers, and then follows
+//! the body (by length, or chunk by chunk) to find where the next head starts. When a head is
+//! bad it hands hyper no byte of it and ends the input; when hyper then closes the connection
+//! the guard writes its own error response (status, a one-line reason) before the shutdown, and
+//! records the [`Violation`] for the access log. A malformed chunk in the middle of a body ends
+//! the body early, so the request fails instead of being relayed wrong.
+//!
+//! After a CONNECT head the guard steps aside: the rest is tunnel bytes.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// What was wrong with a request, for the response and the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Status to answer with.
+    pub status: u16,
+    /// One-line reason.
+    pub reason: String,
+    /// Found inside a body (the head was already passed on).
+    pub mid_body: bool,
+}
+
+/// Where a connection's guard reports its violation.
+pub type ViolationSlot = Arc<Mutex<Option<Violation>>>;
+
+/// Limits the guard enforces on request heads.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadLimits {
+    /// Bytes of a request head.
+    pub max_bytes: usize,
+    /// Header fields in one head.
+    pub max_headers: usize,
+}
+
+enum State {
+    Head,
+    Body(u64),
+    ChunkSize,
+    ChunkData(u64),
+    ChunkDataEnd,
+    Trailers,
+    Tunnel,
+    Failed,
+}
+
+/// A client stream whose request heads are checked before hyper reads them.
+pub struct GuardedStream<S> {
+    inner: S,
+    state: State,
+    /// Bytes of the current head, or of the current chunk-size / trailer line.
+    pending: Vec<u8>,
+    /// Checked bytes not yet handed to hyper.
+    ready: Vec<u8>,
+    ready_at: usize,
+    limits: HeadLimits,
+    slot: ViolationSlot,
+    /// The error response still to write before shutdown.
+    answer: Option<(Vec<u8>, usize)>,
+}
+
+const MAX_LINE: usize = 4096;
+
+impl<S> GuardedStream<S> {
+    /// Guards `inner`, reporting into `slot`.
+    pub fn new(inner: S, limits: HeadLimits, slot: ViolationSlot) -> Self {
+        GuardedStream {
+            inner,
+            state: State::Head,
+            pending: Vec::new(),
+            ready: Vec::with_capacity(4096),
+            ready_at: 0,
+            limits,
+            slot,
+            answer: None,
+        }
+    }
+
+    fn fail(&mut self, status: u16, reason: impl Into<String>) {
+        let reason = reason.into();
+        let mid_body = !matches!(self.state, State::Head);
+        if !mid_body {
+            let body = format!("meshcache: {reason}\n");
+            let phrase = match status {
+                431 => "Request Header Fields Too Large",
+                _ => "Bad Request",
+            };
+            let text = format!(
+                "HTTP/1.1 {status} {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nx-meshcache-error: invalid-request\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            self.answer = Some((text.into_bytes(), 0));
+        }
+        *self.slot.lock() = Some(Violation {
+            status,
+            reason,
+            mid_body,
+        });
+        self.state = State::Failed;
+        self.pending.clear();
+    }
+
+    /// Checks newly read bytes, moving what is sound to `ready`.
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            match self.state {
+                State::Failed => return,
+                State::Tunnel => {
+                    self.ready.extend_from_slice(data);
+                    return;
+                }
+                State::Body(left) => {
+                    let n = (left as usize).min(data.len());
+                    self.ready.extend_from_slice(&data[..n]);
+                    data = &data[n..];
+                    self.state = if left as usize == n {
+                        State::Head
+                    } else {
+                        State::Body(left - n as u64)
+                    };
+                }
+                State::ChunkData(left) => {
+                    let n = (left as usize).min(data.len());
+                    self.ready.extend_from_slice(&data[..n]);
+                    data = &data[n..];
+                    self.state = if left as usize == n {
+                        State::ChunkDataEnd
+                    } else {
+                        State::ChunkData(left - n as u64)
+                    };
+                }
+                State::Head | State::ChunkSize | State::ChunkDataEnd | State::Trailers => {
+                    let Some(used) = self.take_line_or_head(data) else {
+                        return;
+                    };
+                    data = &data[used..];
+                }
+            }
+        }
+    }
+
+    /// Accumulates a head or a line; when complete, checks it. Returns the bytes of `data`
+    /// used, or `None` when all of it was used.
+    fn take_line_or_head(&mut self, data: &[u8]) -> Option<usize> {
+        let head = matches!(self.state, State::Head);
+        let start = self.pending.len();
+        // Look for the terminator across the boundary with what we already hold.
+        let terminator: &[u8] = if head { b"\r\n\r\n" } else { b"\n" };
+        self.pending.extend_from_slice(data);
+        let from = start.saturating_sub(terminator.len() - 1);
+        let found = self.pending[from..]
+            .windows(terminator.len())
+            .position(|w| w == terminator)
+            .map(|p| from + p + terminator.len());
+        let Some(end) = found else {
+            let limit = if head {
+                self.limits.max_bytes
+            } else {
+                MAX_LINE
+            };
+            if self.pending.len() > limit {
+                if head {
+                    self.fail(431, "the request head is larger than http.max_header_bytes");
+                } else {
+                    self.fail(400, "invalid chunked body: line too long");
+                }
+            }
+            return None;
+        };
+        let used = end - start;
+        let unit = std::mem::take(&mut self.pending);
+        let (unit, _) = unit.split_at(end);
+        match self.state {
+            State::Head => self.check_head(unit),
+            State::ChunkSize => self.check_chunk_size(unit),
+            State::ChunkDataEnd => {
+                if unit == b"\r\n" {
+                    self.ready.extend_from_slice(unit);
+                    self.state = State::ChunkSize;
+                } else {
+                    self.fail(400, "invalid chunked body: chunk data longer than its size");
+                }
+            }
+            State::Trailers => {
+                self.ready.extend_from_slice(unit);
+                if unit == b"\r\n" {
+                    self.state = State::Head;
+                }
+            }
+            _ => {}
+        }
+        Some(used)
+    }
+
+    fn check_chunk_size(&mut self, line: &[u8]) {
+        let Some(line_body) = line.strip_suffix(b"\r\n") else {
+            return self.fail(400, "invalid chunked body: bare LF after a chunk size");
+        };
+        let size = line_body.split(|&b| b == b';').next().unwrap_or_default();
+        let valid = !size.is_empty() && size.len() <= 16 && size.iter().all(u8::is_ascii_hexdigit);
+        let parsed = std::str::from_utf8(size)
+            .ok()
+            .filter(|_| valid)
+            .and_then(|s| u64::from_str_radix(s, 16).ok());
+        match parsed {
+            Some(0) => {
+                self.ready.extend_from_slice(line);
+                self.state = State::Trailers;
+            }
+            Some(n) => {
+                self.ready.extend_from_slice(line);
+                self.state = State::ChunkData(n);
+            }
+            None => self.fail(400, "invalid chunked body: bad chunk size"),
+        }
+    }
+
+    fn check_head(&mut self, raw: &[u8]) {
+        // Empty lines before a request line are allowed (RFC 9112 §2.2).
+        let skip = raw
+            .iter()
+            .position(|&b| b != b'\r' && b != b'\n')
+            .unwrap_or(raw.len());
+        let mut headers = vec![httparse::EMPTY_HEADER; self.limits.max_headers];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&raw[skip..]) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Ok(httparse::Status::Partial) => return self.fail(400, "malformed request head"),
+            Err(httparse::Error::TooManyHeaders) => {
+                return self.fail(431, "too many header fields (http.max_headers)")
+            }
+            Err(e) => return self.fail(400, format!("malformed request head: {e}")),
+        }
+        let mut length: Option<u64> = None;
+        let mut chunked = None;
+        for h in req.headers.iter() {
+            if h.name.eq_ignore_ascii_case("content-length") {
+                for part in h.value.split(|&b| b == b',') {
+                    let part = part.trim_ascii();
+                    let n = std::str::from_utf8(part)
+                        .ok()
+                        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|s| s.parse::<u64>().ok());
+                    match (n, length) {
+                        (None, _) => return self.fail(400, "invalid Content-Length"),
+                        (Some(n), Some(prev)) if n != prev => {
+                            return self.fail(400, "conflicting Content-Length values")
+                        }
+                        (Some(n), _) => length = Some(n),
+                    }
+                }
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                let last = h
+                    .value
+                    .split(|&b| b == b',')
+                    .next_back()
+                    .unwrap_or_default()
+                    .trim_ascii();
+                chunked = Some(last.eq_ignore_ascii_case(b"chunked"));
+            }
+        }
+        if chunked.is_some() && length.is_some() {
+            return self.fail(
+                400,
+                "both Content-Length and Transfer-Encoding: refused as a request-smuggling risk",
+            );
+        }
+        if chunked.is_some() && req.version == Some(0) {
+            return self.fail(400, "Transfer-Encoding in an HTTP/1.0 request");
+        }
+        if chunked == Some(false) {
+            return self.fail(400, "Transfer-Encoding must end in chunked");
+        }
+        let connect = req
+            .method
+            .is_some_and(|m| m.eq_ignore_ascii_case("CONNECT"));
+        self.ready.extend_from_slice(raw);
+        self.state = if connect {
+            State::Tunnel
+        } else if chunked == Some(true) {
+            State::ChunkSize
+        } else {
+            match length {
+                Some(n) if n > 0 => State::Body(n),
+                _ => State::Head,
+            }
+        };
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if this.ready_at < this.ready.len() {
+                let n = (this.ready.len() - this.ready_at).min(buf.remaining());
+                buf.put_slice(&this.ready[this.ready_at..this.ready_at + n]);
+                this.ready_at += n;
+                if this.ready_at == this.ready.len() {
+                    this.ready.clear();
+                    this.ready_at = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if matches!(this.state, State::Failed) {
+                // End of input for hyper: it finishes what it was doing and closes.
+                return Poll::Ready(Ok(()));
+            }
+            let mut tmp = [0u8; 16 * 1024];
+            let mut rb = ReadBuf::new(&mut tmp);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
+            let filled = rb.filled();
+            if filled.is_empty() {
+                // The client closed; hand over any partial head so hyper sees it as such.
+                let rest = std::mem::take(&mut this.pending);
+                if rest.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                this.ready.extend_from_slice(&rest);
+                this.state = State::Failed;
+                continue;
+            }
+            this.feed(filled);
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        // Our own answer to a refused head goes out before the connection closes.
+        while let Some((bytes, written)) = &mut this.answer {
+            if *written == bytes.len() {
+                this.answer = None;
+                break;
+            }
+            match ready!(Pin::new(&mut this.inner).poll_write(cx, &bytes[*written..])) {
+                Ok(0) | Err(_) => {
+                    this.answer = None;
+                    break;
+                }
+                Ok(n) => *written += n,
+            }
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard() -> GuardedStream<tokio::io::Empty> {
+        GuardedStream::new(
+            tokio::io::empty(),
+            HeadLimits {
+                max_bytes: 1024,
+                max_headers: 8,
+            },
+            ViolationSlot::default(),
+        )
+    }
+
+    /// Feeds `input` in pieces of `step` bytes; returns what passed and the violation.
+    fn run(input: &[u8], step: usize) -> (Vec<u8>, Option<Violation>) {
+        let mut g = guard();
+        for piece in input.chunks(step.max(1)) {
+            g.feed(piece);
+        }
+        let passed = g.ready.clone();
+        let v = g.slot.lock().clone();
+        (passed, v)
+    }
+
+    #[test]
+    fn sound_requests_pass_unchanged_however_they_are_split() {
+        let input: &[u8] = b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\nPOST http://a/p HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloPUT http://a/c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5;ext=1\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET http://a/z HTTP/1.1\r\n\r\n";
+        for step in [1, 2, 3, 7, 64, 4096] {
+            let (passed, v) = run(input, step);
+            assert_eq!(v, None, "step {step}");
+            assert_eq!(passed, input, "step {step}");
+        }
+    }
+
+    #[test]
+    fn smuggling_and_bad_framing_are_refused() {
+        let cases: [(&[u8], u16, &str); 8] = [
+            (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "Transfer-Encoding"),
+            (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n", 400, "conflicting"),
+            (b"POST / HTTP/1.1\r\nContent-Length: 4, 5\r\n\r\n", 400, "conflicting"),
+            (b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "invalid Content-Length"),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", 400, "end in chunked"),
+            (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400, "HTTP/1.0"),
+            (b"GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", 400, "malformed"),
+            (b"GET / HTTP/1.1\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\nI: 1\r\n\r\n", 431, "too many"),
+        ];
+        for (input, status, words) in cases {
+            let (passed, v) = run(input, 5);
+            let v = v.unwrap_or_else(|| panic!("accepted {:?}", String::from_utf8_lossy(input)));
+            assert_eq!(v.status, status, "{v:?}");
+            assert!(v.reason.contains(words), "{v:?}");
+            assert!(passed.is_empty(), "nothing of a refused head reaches hyper");
+        }
+        let (_, v) = run(&[b'a'; 2000], 100);
+        assert_eq!(v.map(|v| v.status), Some(431));
+    }
+
+    #[test]
+    fn bad_chunks_end_the_body() {
+        let input = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nzz\r\nabc\r\n0\r\n\r\n";
+        let (passed, v) = run(input, 4);
+        let v = v.expect("refused");
+        assert!(v.mid_body && v.reason.contains("chunk size"), "{v:?}");
+        assert!(
+            passed.ends_with(b"abc\r\n"),
+            "{:?}",
+            String::from_utf8_lossy(&passed)
+        );
+        let (_, v) = run(
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcdef\r\n",
+            3,
+        );
+        assert!(v.expect("refused").reason.contains("longer than its size"));
+    }
+
+    #[test]
+    fn connect_switches_to_a_tunnel() {
+        let input =
+            b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n\x16\x03\x01 not http at all \r\n\r\n";
+        let (passed, v) = run(input, 6);
+        assert_eq!(v, None);
+        assert_eq!(passed, input);
+    }
+}
