@@ -57,17 +57,27 @@ impl AccessRecord<'_> {
             .start
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
-        let _ = write!(
+        // Hand-rolled number formatting: this runs once per request.
+        let mut num = itoa::Buffer::new();
+        out.push_str(num.format(since.as_secs()));
+        out.push('.');
+        push_padded(out, u64::from(since.subsec_millis()), 3, '0');
+        out.push(' ');
+        push_padded(
             out,
-            "{}.{:03} {:>6} {} {}/{:03} {} ",
-            since.as_secs(),
-            since.subsec_millis(),
-            self.elapsed.as_millis(),
-            self.client,
-            self.result.as_str(),
-            self.status,
-            self.bytes,
+            u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX),
+            6,
+            ' ',
         );
+        out.push(' ');
+        let _ = write!(out, "{}", self.client);
+        out.push(' ');
+        out.push_str(self.result.as_str());
+        out.push('/');
+        push_padded(out, u64::from(self.status), 3, '0');
+        out.push(' ');
+        out.push_str(num.format(self.bytes));
+        out.push(' ');
         push_field(out, self.method);
         out.push(' ');
         push_field(
@@ -92,6 +102,16 @@ impl AccessRecord<'_> {
         push_field(out, ctype.filter(|t| !t.is_empty()).unwrap_or("-"));
         out.push('\n');
     }
+}
+
+/// Appends `n` right-aligned in `width` columns, padded with `pad`.
+fn push_padded(out: &mut String, n: u64, width: usize, pad: char) {
+    let mut num = itoa::Buffer::new();
+    let digits = num.format(n);
+    for _ in digits.len()..width {
+        out.push(pad);
+    }
+    out.push_str(digits);
 }
 
 /// Appends a field, with anything but visible ASCII replaced by '%' so that a field can never
