@@ -343,6 +343,29 @@ fn one() -> u32 {
     1
 }
 
+impl PeerConfig {
+    /// A peer with every option at its default.
+    pub fn new(
+        name: &str,
+        role: meshcache_dcm::Role,
+        http: SocketAddr,
+        icp: Option<SocketAddr>,
+    ) -> Self {
+        PeerConfig {
+            name: name.to_owned(),
+            role,
+            http,
+            icp,
+            no_query: false,
+            default: false,
+            round_robin: false,
+            proxy_only: false,
+            weight: 1,
+            domains: Vec::new(),
+        }
+    }
+}
+
 /// A config that could not be used, with the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

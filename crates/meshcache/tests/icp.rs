@@ -14,18 +14,7 @@ use meshcache_proxy::config::PeerConfig;
 use meshcache_wire::icp;
 
 fn peer(name: &str, role: Role, http: SocketAddr, icp: Option<SocketAddr>) -> PeerConfig {
-    PeerConfig {
-        name: name.into(),
-        role,
-        http,
-        icp,
-        no_query: false,
-        default: false,
-        round_robin: false,
-        proxy_only: false,
-        weight: 1,
-        domains: vec![],
-    }
+    PeerConfig::new(name, role, http, icp)
 }
 
 /// The hierarchy field (`HIER/peer`) of access-log line `n`.

@@ -39,18 +39,7 @@ fn mesh(name: &str, addr: Ipv4Addr, tweak: impl FnOnce(&mut Config)) -> Bound {
 }
 
 fn peer(name: &str, role: Role, http: SocketAddr, icp: SocketAddr) -> PeerConfig {
-    PeerConfig {
-        name: name.into(),
-        role,
-        http,
-        icp: Some(icp),
-        no_query: false,
-        default: false,
-        round_robin: false,
-        proxy_only: false,
-        weight: 1,
-        domains: vec![],
-    }
+    PeerConfig::new(name, role, http, Some(icp))
 }
 
 fn squid_peer(name: &str, role: Role, squid: &Squid) -> PeerConfig {
