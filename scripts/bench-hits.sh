@@ -52,8 +52,9 @@ PERF=0
 NOTE=""
 QUIET_BUDGET=120
 
-die() { echo "bench-hits: $*" >&2; exit 1; }
-log() { echo "bench-hits: $*" >&2; }
+BENCH_TAG=bench-hits
+# shellcheck source=bench/lib.sh
+. "$BENCH_DIR/lib.sh"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -89,21 +90,11 @@ has_target() { [[ ",$TARGETS," == *",$1,"* ]]; }
 
 # ---------------------------------------------------------------- install, build (outside netns)
 if [ -z "${BENCH_HITS_IN_NETNS:-}" ]; then
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
   declare -A need=([wrk]=wrk [curl]=curl [taskset]=util-linux [ip]=iproute2 [timeout]=coreutils)
   has_target squid && need[squid]=squid
   has_target nginx && need[nginx]=nginx-light
   [ "$PERF" = 1 ] && need[perf]=linux-perf
-  missing=()
-  for cmd in "${!need[@]}"; do
-    command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || missing+=("${need[$cmd]}")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "installing ${missing[*]}"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
+  bench_install_missing need
   if [ "$BUILD" = 1 ]; then
     log "cargo build --release -p meshcache"
     (cd "$REPO" && cargo build --release -p meshcache)
@@ -114,25 +105,17 @@ export PATH="$PATH:/usr/sbin:/sbin"
 [ -x "$BIN" ] || die "no meshcache binary at $BIN"
 BIN=$(readlink -f "$BIN")
 # The revision as the run starts (someone may commit while it runs).
-if [ -z "${BENCH_HITS_REV:-}" ]; then
-  BENCH_HITS_REV=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
-  dirty=$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
-  [ "$dirty" = 0 ] || BENCH_HITS_REV="$BENCH_HITS_REV + uncommitted changes in $dirty files"
-fi
+[ -n "${BENCH_HITS_REV:-}" ] || BENCH_HITS_REV=$(bench_revision "$REPO")
 export BENCH_HITS_REV
 REV_NOTE="repository at $BENCH_HITS_REV"
 # Noted now: a concurrent cargo build may replace the file while the benchmark runs.
-: "${BENCH_HITS_BIN_NOTE:=$BIN, built $(date -u -r "$BIN" +%Y-%m-%dT%H:%M:%SZ), sha256 $(sha256sum "$BIN" | cut -c1-12)}"
+: "${BENCH_HITS_BIN_NOTE:=$(bench_binary_note "$BIN")}"
 export BENCH_HITS_BIN_NOTE
 BIN_NOTE=$BENCH_HITS_BIN_NOTE
 
 # Re-run this script inside a fresh network namespace (only its own traffic on lo).
-if [ "$NETNS" = 1 ] && [ -z "${BENCH_HITS_IN_NETNS:-}" ]; then
-  if unshare -n true 2>/dev/null && command -v ip >/dev/null; then
-    export BENCH_HITS_IN_NETNS=1
-    exec unshare -n -- bash "${BASH_SOURCE[0]}" "${ORIG_ARGS[@]}" --no-build --bin "$BIN"
-  fi
-  log "unshare -n unavailable: running in the host's network namespace"
+if [ "$NETNS" = 1 ]; then
+  bench_enter_netns BENCH_HITS_IN_NETNS "${BASH_SOURCE[0]}" "${ORIG_ARGS[@]}" --no-build --bin "$BIN"
 fi
 NETNS_USED=no
 if [ -n "${BENCH_HITS_IN_NETNS:-}" ]; then
@@ -168,19 +151,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   [ -n "$WRK_PID" ] && kill "$WRK_PID" 2>/dev/null || true
-  local pid i
-  for ((i = ${#STARTED[@]} - 1; i >= 0; i--)); do
-    pid=${STARTED[i]}
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for ((i = 0; i < 50; i++)); do
-    local alive=0
-    for pid in "${STARTED[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && break
-    sleep 0.1
-  done
-  for pid in "${STARTED[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${STARTED[@]}"; do wait "$pid" 2>/dev/null || true; done
+  bench_stop_pids "${STARTED[@]}"
   # Keep the servers' logs and configs with the results; drop the caches.
   if [ -d "$WORK" ]; then
     cp -r "$WORK/conf" "$OUT/" 2>/dev/null || true
@@ -266,37 +237,11 @@ port_of() {
 }
 
 # ---------------------------------------------------------------- measurement helpers
-tree_ticks() { # utime+stime+cutime+cstime of PID and all its live descendants (all threads)
-  cat /proc/[0-9]*/stat 2>/dev/null | awk -v root="$1" '
-    { pid = $1; n = split($0, part, "[)] "); split(part[n], f, " ")
-      par[pid] = f[2]; tk[pid] = f[12] + f[13] + f[14] + f[15] }
-    END { tree[root] = 1; grew = 1
-          while (grew) { grew = 0; for (p in par) if (!(p in tree) && (par[p] in tree)) { tree[p] = 1; grew = 1 } }
-          s = 0; for (p in tree) if (p in tk) s += tk[p]; print s }'
-}
-cpu_stat() { # "steal0 total0 busy0 steal1 total1 busy1" from /proc/stat (ticks); busy = user..softirq
-  awk '$1 == "cpu0" || $1 == "cpu1" { t = 0; for (i = 2; i <= 9; i++) t += $i; v[$1] = $9 " " t " " ($2 + $3 + $4 + $7 + $8) }
-       END { print v["cpu0"], v["cpu1"] }' /proc/stat
-}
-SELF_CT=0
-self_child_ticks() { # cutime+cstime of this shell (children it has waited for); no fork
-  local s
-  read -r s </proc/$$/stat
-  s=${s##*) }
-  # shellcheck disable=SC2086
-  set -- $s
-  SELF_CT=$((${14} + ${15}))
-}
 origin_count() { # the origin's count for URL, not counting this probe
   local n
   n=$(curl -s --noproxy '*' --max-time 5 -o /dev/null -D - "$1" | tr -d '\r' | awk -F': ' 'tolower($1) == "x-origin-count" { print $2 }')
   [ -n "$n" ] || die "origin did not answer $1"
   echo $((n - 1))
-}
-to_ms() { # wrk duration ("812.00us", "1.23ms", "1.02s", "2.00m") -> ms
-  awk -v v="$1" 'BEGIN { u = v; sub(/^[0-9.]+/, "", u); x = v + 0
-    if (u == "us") x /= 1000; else if (u == "s") x *= 1000; else if (u == "m") x *= 60000; else if (u == "h") x *= 3600000
-    printf "%.3f", x }'
 }
 
 # Warm one proxy for one URL and prove it serves hits: after the first request, five more
@@ -380,24 +325,9 @@ run_one() { # size round target url phase
     $3, $1, $2, $4, $7, $8, $12, $13, $15, $16, $17, $18, ($19 == "" ? "-" : $19) }' >&2
 }
 
-# On a shared machine other work (a compiler, a test suite) steals the cores the benchmark
-# pins to. Before a measured run, wait (within the budget) until the machine is quiet: both
-# cores together less than OTHER_MAX % of one core busy over one second.
+# Before a measured run, wait_quiet (lib.sh) waits within the budget until the machine is quiet.
 OTHER_MAX=${BENCH_HITS_OTHER_MAX:-15}
 QUIET_SPENT=0
-busy_ticks() { awk '$1 == "cpu0" || $1 == "cpu1" { b += $2 + $3 + $4 + $7 + $8 } END { print b }' /proc/stat; }
-wait_quiet() {
-  local b0 b1 pct t0=$EPOCHSECONDS waited=0
-  while [ "$QUIET_SPENT" -lt "$QUIET_BUDGET" ]; do
-    b0=$(busy_ticks); sleep 1; b1=$(busy_ticks)
-    pct=$(((b1 - b0) * 100 / CLK_TCK))
-    [ "$pct" -le "$OTHER_MAX" ] && break
-    [ $waited = 1 ] || log "machine busy ($pct% of a core used by others): waiting (budget left $((QUIET_BUDGET - QUIET_SPENT)) s)"
-    waited=1
-    QUIET_SPENT=$((QUIET_SPENT + 1))
-  done
-  [ $waited = 0 ] || log "waited $((EPOCHSECONDS - t0)) s for a quiet machine"
-}
 # A measured run, re-done (at most twice, within the budget) when other processes used more
 # than OTHER_MAX % of a core during it.
 measure() { # size round target url

@@ -83,6 +83,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod client;
+pub mod experiment;
+pub mod link;
+pub mod measure;
+pub mod node;
 pub mod origin;
+pub mod report;
+pub mod results;
+pub mod run;
 
 pub use origin::{body_byte, expected_body, run_origin, Origin, MAX_SIZE};

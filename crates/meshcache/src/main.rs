@@ -7,6 +7,11 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use meshcache_proxy::{Config, Listeners, Proxy, DEFAULT_CONFIG};
 
+mod lab_link;
+mod lab_load;
+mod lab_run;
+mod workload;
+
 /// meshcache: a cooperative web proxy cache.
 #[derive(Parser)]
 #[command(version, about)]
@@ -33,10 +38,15 @@ enum Command {
         #[command(subcommand)]
         command: IcpCommand,
     },
-    /// The evaluation lab's emulators.
+    /// The evaluation lab: experiments and the emulators they are made of.
     Lab {
         #[command(subcommand)]
         command: LabCommand,
+    },
+    /// Workloads: characterize an access log, generate a synthetic request stream.
+    Workload {
+        #[command(subcommand)]
+        command: workload::WorkloadCommand,
     },
 }
 
@@ -65,6 +75,12 @@ enum LabCommand {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
     },
+    /// Run the client emulator against a proxy (or an origin) and report latency and outcomes.
+    Load(lab_load::LoadArgs),
+    /// Run an emulated link (delay, jitter, loss, bandwidth) between two addresses.
+    Link(lab_link::LinkArgs),
+    /// Run an experiment file: start origins and nodes, replay workloads, write results.
+    Run(lab_run::RunArgs),
 }
 
 #[derive(Subcommand)]
@@ -109,6 +125,16 @@ fn main() -> ExitCode {
         Command::Lab {
             command: LabCommand::Origin { listen },
         } => lab_origin(listen),
+        Command::Lab {
+            command: LabCommand::Load(args),
+        } => lab_load::run(args),
+        Command::Lab {
+            command: LabCommand::Link(args),
+        } => lab_link::run(args),
+        Command::Lab {
+            command: LabCommand::Run(args),
+        } => lab_run::run(args),
+        Command::Workload { command } => workload::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -119,7 +145,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+pub(crate) fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MESHCACHE_LOG")
@@ -129,7 +155,7 @@ fn init_tracing() {
         .init();
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -158,7 +184,7 @@ fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -1,0 +1,159 @@
+//! What an experiment measured: the data model behind `results.json`, the
+//! Markdown tables and the graphs ([`crate::report`]).
+//!
+//! One [`Results`] per `lab run`; one [`ConfigResult`] per configuration
+//! (topology × product × protocol × workload variant) and repetition; one
+//! [`NodeResult`] per cache node in it. Every figure is over the measured
+//! phase only (after the warm-up), and per-request figures divide by the
+//! requests the clients completed in that phase.
+
+use serde::{Deserialize, Serialize};
+
+/// Everything one `lab run` produced.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Results {
+    /// The experiment's name (from its file).
+    pub experiment: String,
+    /// The experiment file's text, verbatim.
+    pub experiment_toml: String,
+    /// `git describe --always --dirty` of the tree the binary was built from, if known.
+    pub revision: String,
+    /// The base seed every workload was generated from.
+    pub seed: u64,
+    /// When the run started (RFC 3339, UTC).
+    pub started: String,
+    /// Wall-clock seconds the whole run took.
+    pub duration_s: f64,
+    /// The machine: CPU model, cores, kernel, and whether the run was in its own network namespace.
+    pub machine: Machine,
+    /// One entry per configuration and repetition, in the order run.
+    pub configs: Vec<ConfigResult>,
+}
+
+/// Where the run happened.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Machine {
+    /// `model name` from /proc/cpuinfo.
+    pub cpu: String,
+    /// Online cores.
+    pub cores: usize,
+    /// `uname -r`.
+    pub kernel: String,
+    /// True when the run had a network namespace of its own (UDP/TCP counters are then its own).
+    pub own_netns: bool,
+    /// Steal time during the measured phases, % of one core (from /proc/stat).
+    pub steal_pct: f64,
+}
+
+/// One configuration's measurement.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ConfigResult {
+    /// The configuration's name, e.g. `"meshcache/icp/25%"`.
+    pub name: String,
+    /// The group this row is compared within (Table 2 puts one group's rows together).
+    pub group: String,
+    /// Whether this row is its group's baseline (overheads are relative to it).
+    pub baseline: bool,
+    /// `"meshcache"` or `"squid"`.
+    pub product: String,
+    /// The cooperation protocol (`none`, `icp`, …).
+    pub protocol: String,
+    /// The topology's name (`4.0`, `3.1`, `2.2`, `2.2.dom`, or the experiment's own).
+    pub topology: String,
+    /// Repetition number, from 0.
+    pub repetition: u32,
+    /// The seed of this configuration's workload.
+    pub seed: u64,
+    /// Requests the clients completed in the measured phase (errors excluded).
+    pub requests: u64,
+    /// Requests that failed (connection error, timeout, 5xx from the proxy).
+    pub errors: u64,
+    /// Seconds the measured phase took.
+    pub wall_s: f64,
+    /// Completed requests per second.
+    pub req_per_s: f64,
+    /// Share of requests answered from a cache of the mesh (local + sibling + parent).
+    pub hit_ratio: f64,
+    /// Share answered by the client's own cache.
+    pub local_hit_ratio: f64,
+    /// Share answered from a sibling's cache.
+    pub sibling_hit_ratio: f64,
+    /// Share answered from a parent's cache.
+    pub parent_hit_ratio: f64,
+    /// Share of body bytes answered from a cache of the mesh.
+    pub byte_hit_ratio: f64,
+    /// The workload's inherent hit ratio (the share of requests that re-reference a URL).
+    pub inherent_hit_ratio: f64,
+    /// Client-side latency.
+    pub latency_ms: LatencySummary,
+    /// Client-side latency distribution: (milliseconds, cumulative share) points, for plots.
+    pub latency_cdf: Vec<(f64, f64)>,
+    /// Latency histogram in the trans-Pacific paper's 0.25 s bins: (bin upper edge in s, count).
+    pub latency_bins: Vec<(f64, u64)>,
+    /// User CPU seconds of all cache nodes together.
+    pub cpu_user_s: f64,
+    /// System CPU seconds of all cache nodes together.
+    pub cpu_sys_s: f64,
+    /// UDP datagrams sent plus received by the cache nodes.
+    pub udp_messages: u64,
+    /// TCP segments sent plus received (whole namespace when `own_netns`, else the nodes' own estimate).
+    pub tcp_messages: u64,
+    /// Inter-cache messages (queries, replies, peer HTTP requests) per client request.
+    pub intercache_messages_per_request: f64,
+    /// Mean computational efficiency of the nodes: share of CPU time spent serving their clients.
+    pub efficiency: f64,
+    /// Per node.
+    pub nodes: Vec<NodeResult>,
+}
+
+/// Client latency in milliseconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct LatencySummary {
+    /// Mean of all requests.
+    pub mean: f64,
+    /// Median.
+    pub median: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Mean of the requests that took under 5 s (the trans-Pacific paper's truncated average).
+    pub truncated_mean: f64,
+    /// Share of requests under 5 s.
+    pub truncated_share: f64,
+    /// Mean of the requests that took 5 s or more (0 when there are none).
+    pub tail_mean: f64,
+}
+
+/// One cache node's figures over the measured phase.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct NodeResult {
+    /// The node's name.
+    pub name: String,
+    /// Its role in the topology: `child`, `sibling`, `parent`.
+    pub role: String,
+    /// Client requests it received (from the emulated clients).
+    pub client_requests: u64,
+    /// Its clients' hits answered locally / by a sibling / by a parent, and misses.
+    pub local_hits: u64,
+    /// See `local_hits`.
+    pub sibling_hits: u64,
+    /// See `local_hits`.
+    pub parent_hits: u64,
+    /// User CPU seconds.
+    pub cpu_user_s: f64,
+    /// System CPU seconds.
+    pub cpu_sys_s: f64,
+    /// ICP (or other inter-cache UDP) datagrams sent.
+    pub udp_sent: u64,
+    /// Inter-cache UDP datagrams received.
+    pub udp_received: u64,
+    /// CPU seconds spent serving its clients' requests (meshcache's instrumentation; 0 for Squid).
+    pub client_s: f64,
+    /// CPU seconds spent serving peers (their HTTP requests and queries).
+    pub peer_s: f64,
+    /// CPU seconds spent on its own searches (queries sent, replies received).
+    pub search_s: f64,
+    /// The rest of its CPU time: client_s + peer_s + search_s + overhead_s = user + sys.
+    pub overhead_s: f64,
+}
