@@ -41,7 +41,10 @@ pub struct PeerSpec {
     /// Divides its RTT when ranking parent misses, and biases round-robin. At least 1.
     pub weight: u32,
     /// Only requests for these domains go to it (`.example.org` matches the domain and its
-    /// subdomains, `example.org` only that host); empty means every domain.
+    /// subdomains, `example.org` only that host); empty means every domain. An entry written
+    /// `!.example.org` excludes instead, as in Squid's `cache_peer_domain`: the first entry
+    /// that matches decides, and a host no entry matches is served only if the last entry is
+    /// an exclusion (so `["!.br"]` means "everything but .br").
     pub domains: Vec<String>,
 }
 
@@ -68,13 +71,21 @@ impl PeerSpec {
             return true;
         }
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        self.domains.iter().any(|d| {
+        for entry in &self.domains {
+            let (exclude, d) = match entry.strip_prefix('!') {
+                Some(d) => (true, d),
+                None => (false, entry.as_str()),
+            };
             let d = d.to_ascii_lowercase();
-            match d.strip_prefix('.') {
+            let matches = match d.strip_prefix('.') {
                 Some(suffix) => host == suffix || (host.ends_with(&d) && host.len() > d.len()),
                 None => host == d,
+            };
+            if matches {
+                return !exclude;
             }
-        })
+        }
+        self.domains.last().is_some_and(|d| d.starts_with('!'))
     }
 
     /// Whether we send it ICP queries at all.
@@ -221,6 +232,13 @@ mod tests {
         assert!(!br.serves("abr"));
         assert!(br.serves("example.org"));
         assert!(!br.serves("www.example.org"));
+        let not_br = spec(&["!.br"]);
+        assert!(!not_br.serves("www.ufmg.br"));
+        assert!(not_br.serves("www.example.com"));
+        let mixed = spec(&["!www.ufmg.br", ".br"]);
+        assert!(!mixed.serves("www.ufmg.br"));
+        assert!(mixed.serves("www.usp.br"));
+        assert!(!mixed.serves("example.com"));
     }
 
     #[test]

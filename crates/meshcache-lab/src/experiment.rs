@@ -1,1 +1,498 @@
-//! (being written)
+//! Experiment files: what `meshcache lab run EXPERIMENT.toml` reads.
+//!
+//! An experiment names a workload, the caches' topology and the
+//! configurations to compare; the runner ([`crate::run`]) expands it into
+//! runs: every configuration × every workload variant × every product ×
+//! every repetition, each with fresh nodes and origins and the same seeds.
+//!
+//! ```toml
+//! name = "icp-overhead"
+//! description = "The Summary Cache paper's Table 2: four siblings, no remote hit possible"
+//! seed = 1
+//! repetitions = 1
+//! products = ["meshcache", "squid"]   # every configuration runs once per product
+//!
+//! [workload]                          # a generator spec (meshcache-workload), or `trace = "FILE"`
+//! clients = 40
+//! requests_per_client = 100
+//! inherent_hit_ratio = 0.25
+//! groups = 4
+//! disjoint = true
+//!
+//! [[variant]]                         # optional: workload variants, one table group each
+//! name = "45%"
+//! workload = { inherent_hit_ratio = 0.45 }
+//!
+//! [origins]                           # the origin emulators (one per host of the workload)
+//! delay = "50ms"
+//! cache_control = "max-age=86400"
+//!
+//! [nodes]                             # every cache node
+//! memory = "auto"                     # 10% of the workload's unique bytes over the nodes
+//! threads = 1
+//!
+//! [clients]
+//! outstanding = 1                     # per emulated client
+//!
+//! [[config]]
+//! name = "no ICP"
+//! topology = "4.0"
+//! protocol = "none"
+//! baseline = true
+//!
+//! [[config]]
+//! name = "ICP"
+//! topology = "4.0"
+//! protocol = "icp"
+//! ```
+//!
+//! Topologies: `"N.0"` (N siblings, all with clients), `"3.1"`, `"2.2"`,
+//! `"2.2.dom"` (the hierarchy paper's), `"pair"` (a child and its lone
+//! parent), or a custom one given as `[[topology.NAME.node]]` tables.
+//! Links between parties are emulated by `[[link]]` tables.
+//!
+//! Parsing is strict: an unknown key is an error naming it, and
+//! [`Experiment::validate`] checks the values (names unique, a baseline per
+//! group at most, known topologies, sensible numbers) with errors that name
+//! the offending key.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::link::LinkConfig;
+use crate::origin::OriginConfig;
+use crate::topology::Topology;
+
+/// An experiment file.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    /// Short name, used in file names and reports.
+    pub name: String,
+    /// One sentence on what it measures.
+    #[serde(default)]
+    pub description: String,
+    /// Base seed of every workload (a variant may add its own).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// How many times every run is repeated (with the same seeds).
+    #[serde(default = "one")]
+    pub repetitions: u32,
+    /// Products every configuration runs with, unless it names its own.
+    #[serde(default = "default_products")]
+    pub products: Vec<Product>,
+    /// The workload: a generator spec (meshcache-workload's) or `trace = "FILE"`.
+    pub workload: toml::Table,
+    /// Workload variants; without any, the workload runs as given.
+    #[serde(default)]
+    pub variant: Vec<Variant>,
+    /// The origin emulators' behaviour (delay, default Cache-Control, validators).
+    #[serde(default)]
+    pub origins: OriginConfig,
+    /// The origins' port (each origin has its own 127.0.1.x address).
+    #[serde(default = "default_origin_port")]
+    pub origin_port: u16,
+    /// Settings common to every cache node.
+    #[serde(default)]
+    pub nodes: Nodes,
+    /// The emulated clients.
+    #[serde(default)]
+    pub clients: Clients,
+    /// Custom topologies by name.
+    #[serde(default)]
+    pub topology: BTreeMap<String, CustomTopology>,
+    /// Emulated links between parties.
+    #[serde(default)]
+    pub link: Vec<Link>,
+    /// The configurations compared.
+    pub config: Vec<RunConfig>,
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn one() -> u32 {
+    1
+}
+fn default_products() -> Vec<Product> {
+    vec![Product::Meshcache]
+}
+
+/// The cache software of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Product {
+    /// This project's proxy.
+    Meshcache,
+    /// Squid (Debian's `squid` package), driven with a generated squid.conf.
+    Squid,
+}
+
+impl Product {
+    /// The lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Product::Meshcache => "meshcache",
+            Product::Squid => "squid",
+        }
+    }
+}
+
+/// A workload variant: the base workload with some keys replaced.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    /// Its name: the table group of its runs.
+    pub name: String,
+    /// Keys that replace the base workload's.
+    #[serde(default)]
+    pub workload: toml::Table,
+}
+
+fn default_origin_port() -> u16 {
+    8080
+}
+
+/// Settings of every cache node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nodes {
+    /// Memory cache per node: a size ("32 MiB"), or "auto": `cache_share` of the workload's
+    /// unique bytes, split evenly over the nodes (the hierarchy paper's scaling rule).
+    #[serde(default = "auto")]
+    pub memory: String,
+    /// With `memory = "auto"`: the share of the unique bytes the whole mesh may hold.
+    #[serde(default = "default_cache_share")]
+    pub cache_share: f64,
+    /// Largest object a node stores.
+    #[serde(default = "default_max_object")]
+    pub max_object_size: String,
+    /// Worker threads of each meshcache node (Squid is single-threaded).
+    #[serde(default = "one_usize")]
+    pub threads: usize,
+    /// CPU list the nodes are pinned to (`taskset -c`), e.g. "1"; empty: not pinned.
+    #[serde(default)]
+    pub cpus: String,
+    /// Persistent connections to origins and peers.
+    #[serde(default = "yes")]
+    pub persistent: bool,
+    /// Extra meshcache TOML appended to every meshcache node's config.
+    #[serde(default)]
+    pub meshcache_extra: String,
+    /// Extra squid.conf lines appended to every Squid node's config.
+    #[serde(default)]
+    pub squid_extra: String,
+}
+
+impl Default for Nodes {
+    fn default() -> Self {
+        Nodes {
+            memory: auto(),
+            cache_share: default_cache_share(),
+            max_object_size: default_max_object(),
+            threads: 1,
+            cpus: String::new(),
+            persistent: true,
+            meshcache_extra: String::new(),
+            squid_extra: String::new(),
+        }
+    }
+}
+
+fn auto() -> String {
+    "auto".into()
+}
+fn default_cache_share() -> f64 {
+    0.1
+}
+fn default_max_object() -> String {
+    "8 MiB".into()
+}
+fn one_usize() -> usize {
+    1
+}
+fn yes() -> bool {
+    true
+}
+
+/// The emulated clients.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clients {
+    /// Outstanding requests per emulated client.
+    #[serde(default = "one_usize")]
+    pub outstanding: usize,
+    /// Pause between a response and the client's next request.
+    #[serde(default, with = "humantime_serde")]
+    pub think: Option<Duration>,
+    /// A request taking longer has failed.
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Replay the whole workload once, unmeasured, before the measured replay (the hierarchy
+    /// paper's warm-up run).
+    #[serde(default)]
+    pub warmup_pass: bool,
+    /// Stop a measured replay after this long (what was done is reported).
+    #[serde(default = "default_deadline", with = "humantime_serde")]
+    pub deadline: Duration,
+    /// CPU list the lab's clients and origins are pinned to (`taskset -c`), e.g. "0".
+    #[serde(default)]
+    pub cpus: String,
+}
+
+impl Default for Clients {
+    fn default() -> Self {
+        Clients {
+            outstanding: 1,
+            think: None,
+            timeout: default_timeout(),
+            warmup_pass: false,
+            deadline: default_deadline(),
+            cpus: String::new(),
+        }
+    }
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_deadline() -> Duration {
+    Duration::from_secs(600)
+}
+
+/// One configuration compared by the experiment.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Its name in tables ("no ICP", "ICP", "2.2.dom").
+    pub name: String,
+    /// The topology: a built-in name or a custom one.
+    pub topology: String,
+    /// Cooperation protocol of every node: "none" or "icp".
+    #[serde(default = "none")]
+    pub protocol: String,
+    /// The configuration the others are compared with.
+    #[serde(default)]
+    pub baseline: bool,
+    /// Only these products (default: the experiment's `products`).
+    #[serde(default)]
+    pub products: Vec<Product>,
+    /// Persistent upstream connections (default: `[nodes] persistent`).
+    #[serde(default)]
+    pub persistent: Option<bool>,
+    /// ICP-query a lone parent anyway (the trans-Pacific paper's misconfiguration).
+    #[serde(default)]
+    pub query_lone_parent: bool,
+    /// Link names (from `[[link]]`) active in this configuration; default: all.
+    #[serde(default)]
+    pub links: Option<Vec<String>>,
+}
+
+fn none() -> String {
+    "none".into()
+}
+
+/// A custom topology.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomTopology {
+    /// Its nodes.
+    pub node: Vec<CustomNode>,
+}
+
+/// A node of a custom topology.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomNode {
+    /// Its name (unique in the topology).
+    pub name: String,
+    /// Whether emulated clients use it.
+    #[serde(default = "yes")]
+    pub clients: bool,
+    /// Its neighbours.
+    #[serde(default)]
+    pub peer: Vec<CustomPeer>,
+}
+
+/// One neighbour of a custom node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomPeer {
+    /// The neighbour's node name.
+    pub name: String,
+    /// "sibling" or "parent".
+    pub role: String,
+    /// Only these domains (suffixes like ".br"), or all when empty.
+    #[serde(default)]
+    pub domains: Vec<String>,
+    /// With `domains`: all domains except these instead.
+    #[serde(default)]
+    pub except_domains: Vec<String>,
+}
+
+/// An emulated link between two parties of a topology.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    /// Its name (configurations may select links by name).
+    pub name: String,
+    /// One end: "clients", "origins", or a node name (built-in topologies name nodes
+    /// `n0`, `n1`, …; in "pair": `child` and `parent`).
+    pub from: String,
+    /// The other end.
+    pub to: String,
+    /// What the link does: `delay`, `jitter`, `loss`, `bandwidth` both ways, with optional
+    /// `a_to_b` / `b_to_a` overrides (a = `from`, b = `to`).
+    pub profile: LinkConfig,
+}
+
+/// What is wrong with an experiment file.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// TOML syntax, an unknown key, or a value of the wrong type.
+    #[error("{0}")]
+    Parse(#[from] toml::de::Error),
+    /// A value that parses but makes no sense.
+    #[error("{key}: {reason}")]
+    Invalid {
+        /// The key, as a path (`config[2].topology`).
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ExperimentError {
+    ExperimentError::Invalid {
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+/// The built-in topology names.
+pub const BUILTIN_TOPOLOGIES: &[&str] = &["3.1", "2.2", "2.2.dom", "pair"];
+
+impl Experiment {
+    /// Parses and validates an experiment file's text.
+    pub fn from_toml(text: &str) -> Result<Experiment, ExperimentError> {
+        let e: Experiment = toml::from_str(text)?;
+        e.validate()?;
+        Ok(e)
+    }
+
+    /// Checks the values; errors name the key.
+    pub fn validate(&self) -> Result<(), ExperimentError> {
+        if self.name.is_empty() || self.name.contains(['/', ' ']) {
+            return Err(invalid("name", "must be non-empty, without spaces or '/'"));
+        }
+        if self.repetitions == 0 || self.repetitions > 100 {
+            return Err(invalid("repetitions", "must be within 1..=100"));
+        }
+        if self.products.is_empty() {
+            return Err(invalid("products", "must name at least one product"));
+        }
+        if self.config.is_empty() {
+            return Err(invalid("config", "at least one [[config]] is needed"));
+        }
+        self.origins
+            .validate()
+            .map_err(|e| invalid("origins", e.to_string()))?;
+        if self.nodes.memory != "auto" {
+            parse_size(&self.nodes.memory).map_err(|e| invalid("nodes.memory", e))?;
+        }
+        if !(self.nodes.cache_share > 0.0 && self.nodes.cache_share <= 10.0) {
+            return Err(invalid("nodes.cache_share", "must be within (0, 10]"));
+        }
+        parse_size(&self.nodes.max_object_size)
+            .map_err(|e| invalid("nodes.max_object_size", e))?;
+        if self.nodes.threads == 0 || self.nodes.threads > 64 {
+            return Err(invalid("nodes.threads", "must be within 1..=64"));
+        }
+        if self.clients.outstanding == 0 || self.clients.outstanding > 1000 {
+            return Err(invalid("clients.outstanding", "must be within 1..=1000"));
+        }
+        let mut names = HashSet::new();
+        for (i, v) in self.variant.iter().enumerate() {
+            if !names.insert(v.name.as_str()) {
+                return Err(invalid(format!("variant[{i}].name"), "duplicate name"));
+            }
+        }
+        let links: HashSet<&str> = self.link.iter().map(|l| l.name.as_str()).collect();
+        if links.len() != self.link.len() {
+            return Err(invalid("link", "link names must be unique"));
+        }
+        for (i, l) in self.link.iter().enumerate() {
+            l.profile
+                .directions()
+                .map_err(|e| invalid(format!("link[{i}].profile"), e.to_string()))?;
+            if l.from == l.to {
+                return Err(invalid(format!("link[{i}]"), "from and to are the same party"));
+            }
+        }
+        let mut names = HashSet::new();
+        for (i, c) in self.config.iter().enumerate() {
+            let key = |k: &str| format!("config[{i}].{k}");
+            if !names.insert(c.name.as_str()) {
+                return Err(invalid(key("name"), format!("duplicate name {:?}", c.name)));
+            }
+            if !matches!(c.protocol.as_str(), "none" | "icp") {
+                return Err(invalid(
+                    key("protocol"),
+                    format!("unknown protocol {:?} (known: none, icp)", c.protocol),
+                ));
+            }
+            let topo = Topology::build(&c.topology, self)
+                .map_err(|reason| invalid(key("topology"), reason))?;
+            let parties = |p: &str| {
+                p == "clients" || p == "origins" || topo.nodes.iter().any(|n| n.name == p)
+            };
+            for l in &self.link {
+                let active = c.links.as_ref().is_none_or(|sel| sel.contains(&l.name));
+                for end in [&l.from, &l.to] {
+                    if active && !parties(end) {
+                        return Err(invalid(
+                            key("links"),
+                            format!(
+                                "link {:?} names {end:?}, which is not a node of topology {:?} \
+                                 (nor \"clients\" or \"origins\")",
+                                l.name, c.topology
+                            ),
+                        ));
+                    }
+                }
+            }
+            if let Some(sel) = &c.links {
+                for l in sel {
+                    if !links.contains(l.as_str()) {
+                        return Err(invalid(key("links"), format!("no [[link]] named {l:?}")));
+                    }
+                }
+            }
+        }
+        if self.config.iter().filter(|c| c.baseline).count() > 1 {
+            return Err(invalid("config", "at most one configuration may be the baseline"));
+        }
+        Ok(())
+    }
+
+    /// The workload spec of a variant (`None`: the base workload).
+    pub fn workload_for(&self, variant: Option<&Variant>) -> toml::Table {
+        let mut w = self.workload.clone();
+        if let Some(v) = variant {
+            for (k, val) in &v.workload {
+                w.insert(k.clone(), val.clone());
+            }
+        }
+        w
+    }
+}
+
+/// Parses "32 MiB", "1 MB", "4096".
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    text.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("{text:?} is not a size: {e}"))
+}

@@ -1,1 +1,294 @@
-//! (being written)
+//! Measurements the lab takes around a measured phase: process CPU from
+//! `/proc/PID/stat`, the network namespace's UDP and TCP counters from
+//! `/proc/net/snmp`, steal time from `/proc/stat`, and the nodes' own
+//! counters (meshcache's `/stats`, Squid's cache manager `counters` page).
+//!
+//! Each reading is a snapshot; the report uses the difference of two
+//! snapshots, taken right before and right after the measured phase.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// CPU time of a process (all its threads, and its waited-for children), in seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Cpu {
+    /// User time.
+    pub user_s: f64,
+    /// System time.
+    pub sys_s: f64,
+}
+
+impl Cpu {
+    /// `self - earlier`.
+    pub fn since(self, earlier: Cpu) -> Cpu {
+        Cpu {
+            user_s: (self.user_s - earlier.user_s).max(0.0),
+            sys_s: (self.sys_s - earlier.sys_s).max(0.0),
+        }
+    }
+}
+
+/// Clock ticks per second of `/proc` CPU figures (`getconf CLK_TCK`, 100 if unknown).
+pub fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|&t| t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// Parses the CPU fields of a `/proc/PID/stat` line: utime + cutime, stime + cstime.
+pub fn parse_proc_stat(line: &str, ticks: f64) -> Option<Cpu> {
+    // The command name (field 2) is in parentheses and may contain spaces.
+    let rest = &line[line.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14, so index 11.
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+    Some(Cpu {
+        user_s: (n(11)? + n(13)?) / ticks,
+        sys_s: (n(12)? + n(14)?) / ticks,
+    })
+}
+
+/// A process's CPU time now.
+pub fn process_cpu(pid: u32, ticks: f64) -> io::Result<Cpu> {
+    let line = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_proc_stat(&line, ticks)
+        .ok_or_else(|| io::Error::other(format!("cannot parse /proc/{pid}/stat")))
+}
+
+/// Namespace-wide datagram and segment counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetCounters {
+    /// UDP datagrams received.
+    pub udp_in: u64,
+    /// UDP datagrams sent.
+    pub udp_out: u64,
+    /// TCP segments received.
+    pub tcp_in: u64,
+    /// TCP segments sent.
+    pub tcp_out: u64,
+}
+
+impl NetCounters {
+    /// `self - earlier`, per field.
+    pub fn since(self, e: NetCounters) -> NetCounters {
+        NetCounters {
+            udp_in: self.udp_in.saturating_sub(e.udp_in),
+            udp_out: self.udp_out.saturating_sub(e.udp_out),
+            tcp_in: self.tcp_in.saturating_sub(e.tcp_in),
+            tcp_out: self.tcp_out.saturating_sub(e.tcp_out),
+        }
+    }
+}
+
+/// Parses `/proc/net/snmp` (pairs of header and value lines per protocol).
+pub fn parse_snmp(text: &str) -> NetCounters {
+    let mut values: HashMap<(String, String), u64> = HashMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for pair in lines.chunks(2) {
+        let [head, vals] = pair else { continue };
+        let mut h = head.split_whitespace();
+        let mut v = vals.split_whitespace();
+        let (Some(proto), Some(_)) = (h.next(), v.next()) else {
+            continue;
+        };
+        for (name, value) in h.zip(v) {
+            if let Ok(value) = value.parse() {
+                values.insert((proto.to_string(), name.to_string()), value);
+            }
+        }
+    }
+    let get = |p: &str, n: &str| values.get(&(p.to_string(), n.to_string())).copied().unwrap_or(0);
+    NetCounters {
+        udp_in: get("Udp:", "InDatagrams"),
+        udp_out: get("Udp:", "OutDatagrams"),
+        tcp_in: get("Tcp:", "InSegs"),
+        tcp_out: get("Tcp:", "OutSegs"),
+    }
+}
+
+/// The namespace's counters now.
+pub fn net_counters() -> io::Result<NetCounters> {
+    Ok(parse_snmp(&fs::read_to_string("/proc/net/snmp")?))
+}
+
+/// Total and steal jiffies summed over all CPUs (the `cpu` line of `/proc/stat`).
+pub fn steal_jiffies() -> io::Result<(u64, u64)> {
+    let text = fs::read_to_string("/proc/stat")?;
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .ok_or_else(|| io::Error::other("no cpu line in /proc/stat"))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    Ok((v.iter().sum(), v.get(7).copied().unwrap_or(0)))
+}
+
+/// GET `target` (origin-form path, or an absolute URI for a proxy) from `addr` with
+/// `Connection: close`; returns the body of a 200 answer.
+pub fn http_get(addr: SocketAddr, target: &str, timeout: Duration) -> io::Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAccept: */*\r\n\r\n"
+    )?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| io::Error::other(format!("no response head from {addr}{target}")))?;
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    if status != "200" {
+        return Err(io::Error::other(format!(
+            "{addr} answered {status} to GET {target}"
+        )));
+    }
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        return Ok(dechunk(body));
+    }
+    Ok(body.to_string())
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16) else {
+            break;
+        };
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A node's own counters at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeCounters {
+    /// Inter-cache datagrams sent (ICP queries and replies).
+    pub udp_sent: u64,
+    /// Inter-cache datagrams received.
+    pub udp_received: u64,
+    /// CPU seconds attributed to clients / peers / own searches (meshcache only).
+    pub client_s: f64,
+    /// See `client_s`.
+    pub peer_s: f64,
+    /// See `client_s`.
+    pub search_s: f64,
+    /// HTTP requests received from peers.
+    pub peer_requests: u64,
+}
+
+impl NodeCounters {
+    /// `self - earlier`.
+    pub fn since(&self, e: &NodeCounters) -> NodeCounters {
+        NodeCounters {
+            udp_sent: self.udp_sent.saturating_sub(e.udp_sent),
+            udp_received: self.udp_received.saturating_sub(e.udp_received),
+            client_s: (self.client_s - e.client_s).max(0.0),
+            peer_s: (self.peer_s - e.peer_s).max(0.0),
+            search_s: (self.search_s - e.search_s).max(0.0),
+            peer_requests: self.peer_requests.saturating_sub(e.peer_requests),
+        }
+    }
+}
+
+/// Reads a meshcache node's `/stats` JSON into counters.
+pub fn parse_meshcache_stats(json: &serde_json::Value) -> NodeCounters {
+    let u = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let icp = &json["icp"];
+    let eff = &json["efficiency"];
+    NodeCounters {
+        udp_sent: u(&icp["queries_sent"]) + u(&icp["replies_sent"]),
+        udp_received: u(&icp["queries_received"]) + u(&icp["replies_received"]),
+        client_s: f(&eff["client_s"]),
+        peer_s: f(&eff["peer_s"]),
+        search_s: f(&eff["search_s"]),
+        peer_requests: u(&json["requests_from_peers"]),
+    }
+}
+
+/// Reads Squid's cache manager `counters` page into counters.
+pub fn parse_squid_counters(text: &str) -> NodeCounters {
+    let mut c = NodeCounters::default();
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        let v: u64 = v.trim().parse().unwrap_or(0);
+        match k.trim() {
+            "icp.pkts_sent" => c.udp_sent = v,
+            "icp.pkts_recv" => c.udp_received = v,
+            _ => {}
+        }
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_with_spaces_in_the_name() {
+        let line = "1234 (my proc) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 10 5 20 0 1 0 \
+                    100 1000 10 18446744073709551615";
+        let cpu = parse_proc_stat(line, 100.0).expect("parses");
+        assert!((cpu.user_s - 2.6).abs() < 1e-9, "{cpu:?}");
+        assert!((cpu.sys_s - 0.55).abs() < 1e-9, "{cpu:?}");
+        assert!(parse_proc_stat("garbage", 100.0).is_none());
+    }
+
+    #[test]
+    fn own_process_cpu_reads() {
+        let cpu = process_cpu(std::process::id(), clock_ticks()).expect("own stat");
+        assert!(cpu.user_s >= 0.0 && cpu.sys_s >= 0.0);
+    }
+
+    #[test]
+    fn snmp_counters() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Tcp: RtoAlgorithm InSegs OutSegs\nTcp: 1 500 600\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams\nUdp: 10 0 0 12\n";
+        let c = parse_snmp(text);
+        assert_eq!(
+            c,
+            NetCounters {
+                udp_in: 10,
+                udp_out: 12,
+                tcp_in: 500,
+                tcp_out: 600
+            }
+        );
+        assert!(net_counters().is_ok());
+    }
+
+    #[test]
+    fn squid_counters_page() {
+        let text = "sample_time = 1.2\nicp.pkts_sent = 42\nicp.pkts_recv = 40\nicp.queries_sent = 21\n";
+        let c = parse_squid_counters(text);
+        assert_eq!((c.udp_sent, c.udp_received), (42, 40));
+    }
+
+    #[test]
+    fn chunked_bodies() {
+        assert_eq!(dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world");
+    }
+}
