@@ -3,7 +3,8 @@
 //! On a miss, [`IcpMesh::begin`] decides whether a query is worth sending at all. It is not when
 //! no sibling could have the object and at most one parent could take the request: the answer
 //! could not change the route, and on a long link the query costs a full round trip (the
-//! trans-Pacific pair lost 0.278 s per request polling its only parent). Otherwise it returns
+//! trans-Pacific pair lost 0.278 s per request polling its only parent; set
+//! [`IcpConfig::query_lone_parent`] to reproduce that on purpose). Otherwise it returns
 //! the peers to query, all with one request number, and how long to wait: twice the mean ICP
 //! round trip of the peers expected to answer, within a configured floor and ceiling. Peers
 //! that have gone silent are still queried (a reply revives them) but not waited for.
@@ -35,6 +36,10 @@ pub struct IcpConfig {
     pub timeout_ceiling: Duration,
     /// A peer silent this long after a query is not waited for (Squid: `dead_peer_timeout`).
     pub dead_after: Duration,
+    /// Query a lone parent anyway (no siblings, one queried parent), as Squid does when
+    /// configured so. The answer cannot change the route; the lab turns this on to measure what
+    /// that misconfiguration costs. Off by default.
+    pub query_lone_parent: bool,
 }
 
 impl Default for IcpConfig {
@@ -43,6 +48,7 @@ impl Default for IcpConfig {
             timeout_floor: Duration::from_millis(50),
             timeout_ceiling: Duration::from_secs(2),
             dead_after: Duration::from_secs(10),
+            query_lone_parent: false,
         }
     }
 }
@@ -216,7 +222,9 @@ impl IcpMesh {
             .copied()
             .filter(|id| self.peers[id.0].spec.queried())
             .collect();
-        let worth_asking = hierarchical && (!siblings.is_empty() || queried_parents.len() >= 2);
+        let lone_parent = self.config.query_lone_parent && queried_parents.len() == 1;
+        let worth_asking =
+            hierarchical && (!siblings.is_empty() || queried_parents.len() >= 2 || lone_parent);
         if !worth_asking {
             let route = select::route(&mut self.peers, host, now, None, false);
             return Search {
@@ -474,6 +482,35 @@ mod tests {
                 code: HierCode::SingleParent
             }
         );
+    }
+
+    #[test]
+    fn the_only_parent_is_polled_when_asked_to() {
+        let now = Instant::now();
+        let config = IcpConfig {
+            query_lone_parent: true,
+            ..IcpConfig::default()
+        };
+        let mut mesh = IcpMesh::new(vec![peer("p", Role::Parent, 2)], config);
+        warm(&mut mesh, now);
+        let s = mesh.begin(now, URL, "a.test", true);
+        assert_eq!(s.queries, vec![(PeerId(0), addr(2, 3130))]);
+        assert!(matches!(s.outcome, Outcome::Wait { .. }));
+        let (_, route) = mesh
+            .on_reply(now, addr(2, 3130), reply(ReplyKind::Miss, s.reqnum, URL))
+            .expect("decided by the only reply");
+        assert!(
+            matches!(
+                route.hops[0],
+                Hop::Peer {
+                    peer: PeerId(0),
+                    ..
+                }
+            ),
+            "{route:?}"
+        );
+        // Still no query for a request that must not be searched.
+        assert!(mesh.begin(now, URL, "a.test", false).queries.is_empty());
     }
 
     #[test]

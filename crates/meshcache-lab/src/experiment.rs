@@ -405,8 +405,7 @@ impl Experiment {
         if !(self.nodes.cache_share > 0.0 && self.nodes.cache_share <= 10.0) {
             return Err(invalid("nodes.cache_share", "must be within (0, 10]"));
         }
-        parse_size(&self.nodes.max_object_size)
-            .map_err(|e| invalid("nodes.max_object_size", e))?;
+        parse_size(&self.nodes.max_object_size).map_err(|e| invalid("nodes.max_object_size", e))?;
         if self.nodes.threads == 0 || self.nodes.threads > 64 {
             return Err(invalid("nodes.threads", "must be within 1..=64"));
         }
@@ -428,7 +427,10 @@ impl Experiment {
                 .directions()
                 .map_err(|e| invalid(format!("link[{i}].profile"), e.to_string()))?;
             if l.from == l.to {
-                return Err(invalid(format!("link[{i}]"), "from and to are the same party"));
+                return Err(invalid(
+                    format!("link[{i}]"),
+                    "from and to are the same party",
+                ));
             }
         }
         let mut names = HashSet::new();
@@ -472,7 +474,10 @@ impl Experiment {
             }
         }
         if self.config.iter().filter(|c| c.baseline).count() > 1 {
-            return Err(invalid("config", "at most one configuration may be the baseline"));
+            return Err(invalid(
+                "config",
+                "at most one configuration may be the baseline",
+            ));
         }
         Ok(())
     }

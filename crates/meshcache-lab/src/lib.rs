@@ -1,10 +1,27 @@
 //! # meshcache-lab
 //!
-//! The evaluation lab of meshcache, a cooperative web proxy cache: the
-//! emulators and drivers that tests, benchmarks and experiments run the
-//! proxy against. It is meant to hold origin and client emulators and to run
-//! multi-node experiments; for now it holds the **origin emulator**
-//! ([`origin`]).
+//! The evaluation lab of meshcache, a cooperative web proxy cache: the tool
+//! that decides, by measurement, how a set of caches should cooperate — with
+//! meshcache *or Squid* as the system under test (the hierarchy-evaluation
+//! paper's framework, with the measurements of the Summary Cache,
+//! directory-protocol and trans-Pacific papers).
+//!
+//! ## Layout
+//!
+//! | module | what it is |
+//! | --- | --- |
+//! | [`origin`] | the origin emulator: bodies of the requested size, delays, cacheability, validators |
+//! | [`client`] | the client emulator: N clients with bounded outstanding requests, latency histograms, outcomes from `X-Cache` |
+//! | [`link`] | user-space link emulation (delay, jitter, loss, bandwidth) for TCP and UDP |
+//! | [`experiment`] | the experiment file (`meshcache lab run EXPERIMENT.toml`) and its validation |
+//! | [`topology`] | flat, 3.1, 2.2, 2.2.dom, pair, and custom cache graphs |
+//! | [`node`] | nodes' addresses, generated configs (meshcache TOML, squid.conf) and processes |
+//! | [`measure`] | CPU, UDP/TCP counters and the nodes' own counters, before and after a measured phase |
+//! | [`run`] | the runner: origins, links, nodes, warm-up, measured replay, teardown |
+//! | [`results`] | what a run measured (`results.json`) |
+//! | [`report`] | `results.md` (Table 2 shaped), the Hit Ratio Efficiency Graph and latency plots |
+//!
+//! The workloads the clients replay come from `meshcache-workload`.
 //!
 //! ## The origin emulator
 //!
@@ -22,6 +39,14 @@
 //!   [`Origin::total`] tell how many requests the origin received.
 //! * [`run_origin`] runs one in the foreground until ctrl-c or SIGTERM (the
 //!   `meshcache lab origin --listen ADDR` command).
+//! * Server-level defaults, for what the query string leaves out:
+//!   [`origin::OriginConfig`] sets a reply delay (fixed, or drawn from a
+//!   uniform, exponential or log-normal distribution with a seed; the URL's
+//!   `delay_ms` overrides it), a default `Cache-Control` (when no `cc`),
+//!   `Last-Modified` (when no `lm`) and an `ETag` derived from the path and
+//!   query (when no `etag`). Use [`Origin::start_with`],
+//!   [`Origin::spawn_with`] or [`origin::run_origin_with`]; `Default` is the
+//!   behaviour described here.
 //!
 //! ### Query parameters (GET and HEAD)
 //!
@@ -41,7 +66,7 @@
 //! | `etag=X` | `ETag: "X"`; a value that is already quoted (`"X"` or `W/"X"`) is sent as is, so weak tags can be tested |
 //! | `vary=H` | `Vary: H` |
 //! | `status=NNN` | status code (default 200; 200–999) |
-//! | `delay_ms=N` | wait `N` ms before sending the response head |
+//! | `delay_ms=N` | wait `N` ms before sending the response head (instead of the configured default delay) |
 //! | `stall_ms=N` | send the head, then wait `N` ms before the body |
 //! | `chunked=1` | send the body with chunked transfer-coding (a stream of unknown length, in chunks of at most 64 KiB) instead of `Content-Length`; a bare `chunked` also counts, `chunked=0` turns it off |
 //! | `ct=T` | `Content-Type: T` (default `application/octet-stream`) |
@@ -92,5 +117,9 @@ pub mod origin;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod topology;
 
-pub use origin::{body_byte, expected_body, run_origin, Origin, MAX_SIZE};
+pub use link::{Link, LinkConfig};
+pub use origin::{
+    body_byte, expected_body, run_origin, Delay, Origin, OriginConfig, OriginError, MAX_SIZE,
+};

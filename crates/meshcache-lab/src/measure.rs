@@ -105,7 +105,12 @@ pub fn parse_snmp(text: &str) -> NetCounters {
             }
         }
     }
-    let get = |p: &str, n: &str| values.get(&(p.to_string(), n.to_string())).copied().unwrap_or(0);
+    let get = |p: &str, n: &str| {
+        values
+            .get(&(p.to_string(), n.to_string()))
+            .copied()
+            .unwrap_or(0)
+    };
     NetCounters {
         udp_in: get("Udp:", "InDatagrams"),
         udp_out: get("Udp:", "OutDatagrams"),
@@ -156,7 +161,10 @@ pub fn http_get(addr: SocketAddr, target: &str, timeout: Duration) -> io::Result
             "{addr} answered {status} to GET {target}"
         )));
     }
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         return Ok(dechunk(body));
     }
     Ok(body.to_string())
@@ -282,13 +290,17 @@ mod tests {
 
     #[test]
     fn squid_counters_page() {
-        let text = "sample_time = 1.2\nicp.pkts_sent = 42\nicp.pkts_recv = 40\nicp.queries_sent = 21\n";
+        let text =
+            "sample_time = 1.2\nicp.pkts_sent = 42\nicp.pkts_recv = 40\nicp.queries_sent = 21\n";
         let c = parse_squid_counters(text);
         assert_eq!((c.udp_sent, c.udp_received), (42, 40));
     }
 
     #[test]
     fn chunked_bodies() {
-        assert_eq!(dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world");
+        assert_eq!(
+            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+            "hello world"
+        );
     }
 }

@@ -307,10 +307,7 @@ impl Launcher {
                 fs::write(plan.dir.join("hosts"), hosts)?;
                 if as_proxy {
                     // Squid drops to the proxy user and must still write its logs.
-                    let _ = Command::new("chown")
-                        .arg("proxy:")
-                        .arg(&plan.dir)
-                        .status();
+                    let _ = Command::new("chown").arg("proxy:").arg(&plan.dir).status();
                 }
                 cmd.arg(&self.squid).arg("-N").arg("-f").arg(&conf);
             }
@@ -322,7 +319,11 @@ impl Launcher {
         let child = cmd.spawn().map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!("cannot start node {} ({}): {e}", plan.name, plan.product.name()),
+                format!(
+                    "cannot start node {} ({}): {e}",
+                    plan.name,
+                    plan.product.name()
+                ),
             )
         })?;
         Ok(NodeProcess {
@@ -347,10 +348,13 @@ impl NodeProcess {
         }
         for addr in addrs {
             loop {
-                if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+                if let Some(status) = self
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten())
                 {
-                    let log = fs::read_to_string(self.plan.dir.join("stderr.log"))
-                        .unwrap_or_default();
+                    let log =
+                        fs::read_to_string(self.plan.dir.join("stderr.log")).unwrap_or_default();
                     return Err(io::Error::other(format!(
                         "node {} exited at start ({status}): {}",
                         self.plan.name,
@@ -363,7 +367,10 @@ impl NodeProcess {
                 if Instant::now() > deadline {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!("node {} is not listening on {addr} after {timeout:?}", self.plan.name),
+                        format!(
+                            "node {} is not listening on {addr} after {timeout:?}",
+                            self.plan.name
+                        ),
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -486,9 +493,17 @@ mod tests {
     #[test]
     fn squid_config_has_peers_and_domain_rules() {
         let (conf, hosts) = plan(Product::Squid, true).squid_conf(false);
-        assert!(conf.contains("cache_peer 127.0.0.11 sibling 3128 3130 name=c1\n"), "{conf}");
-        assert!(conf.contains("cache_peer 127.0.0.13 parent 3128 3130 name=p1\n"), "{conf}");
-        assert!(conf.contains("cache_peer_access p1 deny peer1_dom0\ncache_peer_access p1 allow all"));
+        assert!(
+            conf.contains("cache_peer 127.0.0.11 sibling 3128 3130 name=c1\n"),
+            "{conf}"
+        );
+        assert!(
+            conf.contains("cache_peer 127.0.0.13 parent 3128 3130 name=p1\n"),
+            "{conf}"
+        );
+        assert!(
+            conf.contains("cache_peer_access p1 deny peer1_dom0\ncache_peer_access p1 allow all")
+        );
         assert!(conf.contains("never_direct allow all"));
         assert_eq!(hosts, "127.0.1.1 www.g0.br\n");
         let (none, _) = plan(Product::Squid, false).squid_conf(false);

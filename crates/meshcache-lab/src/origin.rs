@@ -1,6 +1,10 @@
 //! The origin emulator: an HTTP/1.1 server whose responses are controlled by
 //! the request's query string. The parameters are listed in the
 //! [crate documentation](crate#query-parameters-get-and-head).
+//!
+//! Server-level defaults ([`OriginConfig`]: a reply delay drawn from a
+//! distribution, a default `Cache-Control`, `Last-Modified` and `ETag`) apply
+//! where the query string says nothing; `Default` is the plain emulator.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -26,6 +30,10 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use parking_lot::Mutex;
+use rand::{RngExt, SeedableRng};
+use rand_distr::{Distribution, Exp, LogNormal};
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Sleep;
@@ -99,19 +107,313 @@ pub struct Origin {
     _alive: Arc<oneshot::Sender<()>>,
 }
 
+/// The longest delay [`Delay`] may produce (larger draws are cut to it).
+pub const MAX_DELAY: Duration = Duration::from_secs(3600);
+
+/// Errors of the origin emulator's setup.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginError {
+    /// An [`OriginConfig`] setting is invalid; `key` is its name.
+    #[error("origin setting `{key}`: {reason}")]
+    Invalid {
+        /// The offending key (`cache_control`, `delay.sigma`, ...).
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Binding the listener failed.
+    #[error("origin socket: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How long the origin waits before each response head (unless the URL's
+/// `delay_ms` says otherwise).
+///
+/// In TOML, a duration string is a fixed delay (`delay = "1s"`); a table
+/// names a distribution with `dist`:
+///
+/// ```toml
+/// delay = { dist = "uniform", min = "500ms", max = "1500ms" }
+/// delay = { dist = "exponential", mean = "1s" }
+/// delay = { dist = "lognormal", median = "800ms", sigma = 0.6 }
+/// delay = { dist = "fixed", value = "1s" }
+/// ```
+///
+/// Draws come from a PCG generator seeded with [`OriginConfig::seed`], one
+/// per response in arrival order, and are cut to [`MAX_DELAY`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Delay {
+    /// Always the same delay (default: zero).
+    Fixed(Duration),
+    /// Uniform between `min` and `max`.
+    Uniform {
+        /// Shortest delay.
+        min: Duration,
+        /// Longest delay.
+        max: Duration,
+    },
+    /// Exponential with the given mean.
+    Exponential {
+        /// Mean delay.
+        mean: Duration,
+    },
+    /// Log-normal: `ln(delay)` is normal with mean `ln(median)` and
+    /// standard deviation `sigma`.
+    LogNormal {
+        /// Median delay.
+        median: Duration,
+        /// Shape (standard deviation of the log), `0..=10`.
+        sigma: f64,
+    },
+}
+
+impl Default for Delay {
+    fn default() -> Delay {
+        Delay::Fixed(Duration::ZERO)
+    }
+}
+
+/// The table form of [`Delay`].
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "dist", rename_all = "lowercase", deny_unknown_fields)]
+enum DelayTable {
+    Fixed {
+        #[serde(with = "humantime_serde")]
+        value: Duration,
+    },
+    Uniform {
+        #[serde(with = "humantime_serde")]
+        min: Duration,
+        #[serde(with = "humantime_serde")]
+        max: Duration,
+    },
+    Exponential {
+        #[serde(with = "humantime_serde")]
+        mean: Duration,
+    },
+    Lognormal {
+        #[serde(with = "humantime_serde")]
+        median: Duration,
+        sigma: f64,
+    },
+}
+
+impl Serialize for Delay {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match *self {
+            Delay::Fixed(d) => humantime_serde::serialize(&d, s),
+            Delay::Uniform { min, max } => DelayTable::Uniform { min, max }.serialize(s),
+            Delay::Exponential { mean } => DelayTable::Exponential { mean }.serialize(s),
+            Delay::LogNormal { median, sigma } => {
+                DelayTable::Lognormal { median, sigma }.serialize(s)
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Delay {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Delay, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Delay;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"1s\" or a table with `dist`")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Delay, E> {
+                humantime_serde::re::humantime::parse_duration(v)
+                    .map(Delay::Fixed)
+                    .map_err(E::custom)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Delay, A::Error> {
+                let table =
+                    DelayTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(match table {
+                    DelayTable::Fixed { value } => Delay::Fixed(value),
+                    DelayTable::Uniform { min, max } => Delay::Uniform { min, max },
+                    DelayTable::Exponential { mean } => Delay::Exponential { mean },
+                    DelayTable::Lognormal { median, sigma } => Delay::LogNormal { median, sigma },
+                })
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl Delay {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), OriginError> {
+        let invalid = |key, reason: &str| {
+            Err(OriginError::Invalid {
+                key,
+                reason: reason.to_owned(),
+            })
+        };
+        match *self {
+            Delay::Uniform { min, max } if min > max => {
+                invalid("delay.min", "must not exceed delay.max")
+            }
+            Delay::LogNormal { sigma, .. } if !(0.0..=10.0).contains(&sigma) => {
+                invalid("delay.sigma", "must be between 0 and 10")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether every draw is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Delay::Fixed(Duration::ZERO)
+    }
+
+    /// One draw, cut to [`MAX_DELAY`].
+    pub fn sample<R: rand::Rng + ?Sized>(&self, rng: &mut R) -> Duration {
+        let secs = match *self {
+            Delay::Fixed(d) => return d.min(MAX_DELAY),
+            Delay::Uniform { min, max } => {
+                if min >= max {
+                    return min.min(MAX_DELAY);
+                }
+                rng.random_range(min.as_secs_f64()..=max.as_secs_f64())
+            }
+            Delay::Exponential { mean } => match Exp::new(1.0 / mean.as_secs_f64()) {
+                Ok(exp) if !mean.is_zero() => exp.sample(rng),
+                _ => 0.0,
+            },
+            Delay::LogNormal { median, sigma } => {
+                match LogNormal::new(median.as_secs_f64().ln(), sigma) {
+                    Ok(ln) if !median.is_zero() => ln.sample(rng),
+                    _ => 0.0,
+                }
+            }
+        };
+        if secs.is_finite() {
+            Duration::from_secs_f64(secs.clamp(0.0, MAX_DELAY.as_secs_f64()))
+        } else {
+            MAX_DELAY
+        }
+    }
+}
+
+/// Server-level defaults of an origin (TOML; unknown keys are errors).
+/// Each applies only when the request's query string does not say
+/// otherwise; `Default` is the plain emulator.
+///
+/// ```toml
+/// delay = "1s"                      # or { dist = "exponential", mean = "1s" }
+/// cache_control = "max-age=86400"   # when the URL has no `cc`
+/// last_modified = "1day"            # Last-Modified: now − 1 day, when no `lm`
+/// etag = true                       # ETag from path+query, when no `etag`
+/// seed = 1                          # of the delay draws
+/// ```
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OriginConfig {
+    /// Wait before every response head (all methods, errors included)
+    /// unless the URL's `delay_ms` gives one.
+    pub delay: Delay,
+    /// `Cache-Control` of responses whose URL has no `cc`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_control: Option<String>,
+    /// `Last-Modified` this long before the response's `Date`, for URLs
+    /// without `lm` (whole seconds).
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub last_modified: Option<Duration>,
+    /// For URLs without `etag`: send a strong ETag derived from the path and
+    /// query string (a 64-bit FNV-1a hash), so revalidation gets a 304.
+    pub etag: bool,
+    /// Seed of the delay draws.
+    pub seed: u64,
+}
+
+impl OriginConfig {
+    /// Checks every setting; errors name the key.
+    pub fn validate(&self) -> Result<(), OriginError> {
+        self.delay.validate()?;
+        if let Some(cc) = &self.cache_control {
+            HeaderValue::from_str(cc).map_err(|_| OriginError::Invalid {
+                key: "cache_control",
+                reason: format!("{cc:?} is not a valid header value"),
+            })?;
+        }
+        if let Some(lm) = self.last_modified {
+            if lm.as_secs() > MAX_HTTP_DATE {
+                return Err(OriginError::Invalid {
+                    key: "last_modified",
+                    reason: "too far in the past".to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The validated [`OriginConfig`], ready to apply.
+struct Defaults {
+    delay: Delay,
+    rng: Mutex<Pcg64>,
+    cache_control: Option<HeaderValue>,
+    last_modified: Option<i64>,
+    etag: bool,
+}
+
+impl Defaults {
+    fn new(config: &OriginConfig) -> Result<Defaults, OriginError> {
+        config.validate()?;
+        Ok(Defaults {
+            delay: config.delay,
+            rng: Mutex::new(Pcg64::seed_from_u64(config.seed)),
+            cache_control: config
+                .cache_control
+                .as_deref()
+                .and_then(|cc| HeaderValue::from_str(cc).ok()),
+            last_modified: config
+                .last_modified
+                .and_then(|lm| i64::try_from(lm.as_secs()).ok()),
+            etag: config.etag,
+        })
+    }
+
+    /// One draw of the default delay.
+    fn delay(&self) -> Duration {
+        if self.delay.is_zero() {
+            return Duration::ZERO;
+        }
+        self.delay.sample(&mut *self.rng.lock())
+    }
+
+    /// Waits one draw of the default delay.
+    async fn wait(&self) {
+        let delay = self.delay();
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+/// The ETag derived from a request's path and query: 64-bit FNV-1a, hex.
+fn derived_etag(key: &str) -> HeaderValue {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    string_value(format!("\"{h:016x}\""))
+}
+
 /// What the handles and the connection tasks share.
 struct Shared {
     addr: SocketAddr,
     total: AtomicU64,
     hits: Mutex<HashMap<String, u64>>,
+    defaults: Defaults,
 }
 
 impl Shared {
-    fn new(addr: SocketAddr) -> Shared {
+    fn new(addr: SocketAddr, defaults: Defaults) -> Shared {
         Shared {
             addr,
             total: AtomicU64::new(0),
             hits: Mutex::new(HashMap::new()),
+            defaults,
         }
     }
 
@@ -151,10 +453,40 @@ impl Origin {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Origin {
+        let defaults = Defaults {
+            delay: Delay::default(),
+            rng: Mutex::new(Pcg64::seed_from_u64(0)),
+            cache_control: None,
+            last_modified: None,
+            etag: false,
+        };
+        Origin::spawn_defaults(listener, defaults, shutdown)
+    }
+
+    /// [`Origin::spawn`] with server-level defaults; fails only on an
+    /// invalid `config`.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime.
+    pub fn spawn_with(
+        listener: TcpListener,
+        config: &OriginConfig,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Origin, OriginError> {
+        let defaults = Defaults::new(config)?;
+        Ok(Origin::spawn_defaults(listener, defaults, shutdown))
+    }
+
+    fn spawn_defaults(
+        listener: TcpListener,
+        defaults: Defaults,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Origin {
         let addr = listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)));
-        let shared = Arc::new(Shared::new(addr));
+        let shared = Arc::new(Shared::new(addr, defaults));
         let (alive_tx, alive_rx) = oneshot::channel::<()>();
         let stop = async move {
             tokio::select! {
@@ -173,6 +505,13 @@ impl Origin {
     pub async fn start() -> std::io::Result<Origin> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         Ok(Origin::spawn(listener, std::future::pending()))
+    }
+
+    /// [`Origin::start`] with server-level defaults.
+    pub async fn start_with(config: &OriginConfig) -> Result<Origin, OriginError> {
+        config.validate()?;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+        Origin::spawn_with(listener, config, std::future::pending())
     }
 
     /// The address the origin listens on.
@@ -226,10 +565,26 @@ impl Origin {
 /// Runs an origin in the foreground (`meshcache lab origin --listen ADDR`):
 /// binds `addr`, logs the bound address, and serves until ctrl-c or SIGTERM.
 pub async fn run_origin(addr: SocketAddr) -> std::io::Result<()> {
+    match run_origin_with(addr, &OriginConfig::default()).await {
+        Ok(()) => Ok(()),
+        Err(OriginError::Io(e)) => Err(e),
+        Err(e) => Err(std::io::Error::other(e)),
+    }
+}
+
+/// [`run_origin`] with server-level defaults (`meshcache lab origin
+/// --listen ADDR --delay 1s ...`).
+pub async fn run_origin_with(addr: SocketAddr, config: &OriginConfig) -> Result<(), OriginError> {
+    let defaults = Defaults::new(config)?;
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    tracing::info!(addr = %local, "lab origin listening");
-    serve(listener, Arc::new(Shared::new(local)), shutdown_signal()).await;
+    tracing::info!(addr = %local, ?config, "lab origin listening");
+    serve(
+        listener,
+        Arc::new(Shared::new(local, defaults)),
+        shutdown_signal(),
+    )
+    .await;
     tracing::info!("lab origin stopped");
     Ok(())
 }
@@ -330,25 +685,46 @@ async fn handle(
 ) -> Result<Response<OriginBody>, Infallible> {
     let count = shared.count(target_key(req.uri()));
     let response = match *req.method() {
-        Method::GET | Method::HEAD => get_or_head(&req, count).await,
+        Method::GET | Method::HEAD => get_or_head(&shared.defaults, &req, count).await,
         Method::CONNECT => plain(
             StatusCode::METHOD_NOT_ALLOWED,
             "CONNECT is not supported\n",
             count,
         ),
-        _ => other_method(req, count).await,
+        _ => {
+            let response = other_method(req, count).await;
+            shared.defaults.wait().await;
+            response
+        }
     };
     Ok(response)
 }
 
 /// A GET or HEAD request: the response its query string describes.
-async fn get_or_head(req: &Request<Incoming>, count: u64) -> Response<OriginBody> {
-    let params = match Params::parse(req.uri().query().unwrap_or("")) {
+async fn get_or_head(
+    defaults: &Defaults,
+    req: &Request<Incoming>,
+    count: u64,
+) -> Response<OriginBody> {
+    let mut params = match Params::parse(req.uri().query().unwrap_or("")) {
         Ok(params) => params,
-        Err(msg) => return plain(StatusCode::BAD_REQUEST, format!("{msg}\n"), count),
+        Err(msg) => {
+            defaults.wait().await;
+            return plain(StatusCode::BAD_REQUEST, format!("{msg}\n"), count);
+        }
     };
-    if let Some(delay) = params.delay {
-        tokio::time::sleep(delay).await;
+    match params.delay {
+        Some(delay) => tokio::time::sleep(delay).await,
+        None => defaults.wait().await,
+    }
+    if params.cc.is_none() {
+        params.cc.clone_from(&defaults.cache_control);
+    }
+    if params.lm.is_none() {
+        params.lm = defaults.last_modified;
+    }
+    if params.etag.is_none() && defaults.etag {
+        params.etag = Some(derived_etag(target_key(req.uri())));
     }
     let now = SystemTime::now();
     let (Some(expires), Some(last_modified)) = (
@@ -826,6 +1202,50 @@ mod tests {
         assert!(Params::parse("size=x").is_err());
         assert!(Params::parse("hdr=novalue").is_err());
         Ok(())
+    }
+
+    #[test]
+    fn delay_samples_follow_their_distribution() {
+        let mut rng = Pcg64::seed_from_u64(5);
+        let n = 20_000;
+        let mean = |d: Delay, rng: &mut Pcg64| {
+            (0..n).map(|_| d.sample(rng).as_secs_f64()).sum::<f64>() / n as f64
+        };
+        let exp = mean(
+            Delay::Exponential {
+                mean: Duration::from_secs(1),
+            },
+            &mut rng,
+        );
+        assert!((0.95..1.05).contains(&exp), "exponential mean {exp}");
+        let uni = mean(
+            Delay::Uniform {
+                min: Duration::from_secs(1),
+                max: Duration::from_secs(3),
+            },
+            &mut rng,
+        );
+        assert!((1.95..2.05).contains(&uni), "uniform mean {uni}");
+        let ln = Delay::LogNormal {
+            median: Duration::from_secs(1),
+            sigma: 0.8,
+        };
+        let mut draws: Vec<Duration> = (0..n).map(|_| ln.sample(&mut rng)).collect();
+        draws.sort();
+        let median = draws[n / 2].as_secs_f64();
+        assert!((0.95..1.05).contains(&median), "lognormal median {median}");
+        assert_eq!(
+            Delay::Fixed(Duration::from_secs(7200)).sample(&mut rng),
+            MAX_DELAY
+        );
+    }
+
+    #[test]
+    fn derived_etags_are_quoted_and_distinct() {
+        let a = derived_etag("/a?x=1");
+        assert_eq!(a, derived_etag("/a?x=1"));
+        assert_ne!(a, derived_etag("/a?x=2"));
+        assert_eq!(a.len(), 18);
     }
 
     #[test]

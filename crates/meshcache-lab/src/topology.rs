@@ -124,8 +124,16 @@ impl Topology {
                 node("p1", false, vec![sib(2)]),
             ],
             "2.2.dom" => vec![
-                node("c0", true, vec![sib(1), par(2, &[".br"]), par(3, &["!.br"])]),
-                node("c1", true, vec![sib(0), par(2, &[".br"]), par(3, &["!.br"])]),
+                node(
+                    "c0",
+                    true,
+                    vec![sib(1), par(2, &[".br"]), par(3, &["!.br"])],
+                ),
+                node(
+                    "c1",
+                    true,
+                    vec![sib(0), par(2, &[".br"]), par(3, &["!.br"])],
+                ),
                 node("p0", false, vec![]),
                 node("p1", false, vec![]),
             ],
@@ -166,9 +174,17 @@ impl Topology {
         let mut nodes = Vec::new();
         for (i, n) in custom.node.iter().enumerate() {
             if index(&n.name) != Some(i) {
-                return Err(format!("topology {name:?}: node name {:?} is used twice", n.name));
+                return Err(format!(
+                    "topology {name:?}: node name {:?} is used twice",
+                    n.name
+                ));
             }
-            if n.name.is_empty() || !n.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            if n.name.is_empty()
+                || !n
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
                 return Err(format!(
                     "topology {name:?}: node name {:?} must be letters, digits and '-'",
                     n.name
@@ -177,19 +193,25 @@ impl Topology {
             let mut neighbours = Vec::new();
             for p in &n.peer {
                 let node = index(&p.name).ok_or_else(|| {
-                    format!("topology {name:?}: node {:?} names unknown peer {:?}", n.name, p.name)
+                    format!(
+                        "topology {name:?}: node {:?} names unknown peer {:?}",
+                        n.name, p.name
+                    )
                 })?;
                 if node == i {
-                    return Err(format!("topology {name:?}: node {:?} peers with itself", n.name));
+                    return Err(format!(
+                        "topology {name:?}: node {:?} peers with itself",
+                        n.name
+                    ));
                 }
                 let role = match p.role.as_str() {
                     "sibling" => Role::Sibling,
                     "parent" => Role::Parent,
                     r => {
                         return Err(format!(
-                            "topology {name:?}: node {:?}: role {r:?} is neither sibling nor parent",
-                            n.name
-                        ))
+                        "topology {name:?}: node {:?}: role {r:?} is neither sibling nor parent",
+                        n.name
+                    ))
                     }
                 };
                 let mut domains = p.domains.clone();
@@ -217,7 +239,9 @@ impl Topology {
 
     /// Indices of the nodes that receive clients.
     pub fn client_nodes(&self) -> Vec<usize> {
-        (0..self.nodes.len()).filter(|&i| self.nodes[i].clients).collect()
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].clients)
+            .collect()
     }
 
     /// Names of the nodes that are parents of node `i` (for classifying parent hits).
@@ -247,7 +271,10 @@ mod tests {
         let e = exp();
         let flat = Topology::build("4.0", &e).unwrap();
         assert_eq!(flat.nodes.len(), 4);
-        assert!(flat.nodes.iter().all(|n| n.neighbours.len() == 3 && n.clients));
+        assert!(flat
+            .nodes
+            .iter()
+            .all(|n| n.neighbours.len() == 3 && n.clients));
         let t = Topology::build("3.1", &e).unwrap();
         assert_eq!(t.client_nodes(), vec![0, 1, 2]);
         assert_eq!(t.parents_of(0), vec!["p0".to_string()]);
@@ -256,7 +283,9 @@ mod tests {
         let d = Topology::build("2.2.dom", &e).unwrap();
         assert_eq!(d.nodes[0].neighbours[1].domains, vec![".br".to_string()]);
         assert_eq!(d.nodes[0].neighbours[2].domains, vec!["!.br".to_string()]);
-        assert!(Topology::build("5.5", &e).unwrap_err().contains("unknown topology"));
+        assert!(Topology::build("5.5", &e)
+            .unwrap_err()
+            .contains("unknown topology"));
         assert!(Topology::build("0.0", &e).is_err());
     }
 
@@ -280,6 +309,9 @@ topology = "mine"
         assert_eq!(t.nodes[0].neighbours[0].domains, vec!["!.br".to_string()]);
         let bad = text.replace("name = \"b\", role", "name = \"z\", role");
         let err = Experiment::from_toml(&bad).unwrap_err().to_string();
-        assert!(err.contains("config[0].topology") && err.contains("unknown peer \"z\""), "{err}");
+        assert!(
+            err.contains("config[0].topology") && err.contains("unknown peer \"z\""),
+            "{err}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use meshcache_lab::origin::{Delay, OriginConfig, OriginError};
 use meshcache_lab::{body_byte, expected_body, Origin};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -500,5 +501,193 @@ async fn stops_when_dropped_or_shut_down() -> Result {
         refused_soon(origin.addr()).await,
         "still accepting after shutdown"
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn config_defaults_apply_when_the_url_is_silent() -> Result {
+    // Without a config there is no Cache-Control, ETag or Last-Modified.
+    let plain = Origin::start().await?;
+    let r = get(&plain, "/a?size=10", "").await?;
+    assert!(r.header("cache-control").is_none());
+    assert!(r.header("etag").is_none());
+    assert!(r.header("last-modified").is_none());
+
+    let config = OriginConfig {
+        cache_control: Some("max-age=86400".to_owned()),
+        last_modified: Some(Duration::from_secs(3600)),
+        etag: true,
+        ..OriginConfig::default()
+    };
+    let origin = Origin::start_with(&config).await?;
+    let mut conn = Conn::open(&origin).await?;
+    let r = conn.request("GET", "/a?size=10", "").await?;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("cache-control"), Some("max-age=86400"));
+    let date = httpdate::parse_http_date(r.header("date").ok_or("no date")?)?;
+    let lm = httpdate::parse_http_date(r.header("last-modified").ok_or("no lm")?)?;
+    assert_eq!(date.duration_since(lm)?, Duration::from_secs(3600));
+    let etag = r.header("etag").ok_or("no etag")?.to_owned();
+    assert!(etag.starts_with('"') && etag.ends_with('"') && etag.len() > 2);
+
+    // The ETag is stable per path and query, and differs between URLs.
+    let again = conn.request("GET", "/a?size=10", "").await?;
+    assert_eq!(again.header("etag"), Some(etag.as_str()));
+    let other = conn.request("GET", "/b?size=10", "").await?;
+    assert_ne!(other.header("etag"), Some(etag.as_str()));
+
+    // Revalidation with it answers 304, with the default Cache-Control.
+    let r = conn
+        .request("GET", "/a?size=10", &format!("If-None-Match: {etag}\r\n"))
+        .await?;
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("cache-control"), Some("max-age=86400"));
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+
+    // The URL's parameters win over the defaults.
+    let r = conn
+        .request("GET", "/a?size=10&cc=no-store&etag=v1&lm=60", "")
+        .await?;
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    assert_eq!(r.header("etag"), Some("\"v1\""));
+    let date = httpdate::parse_http_date(r.header("date").ok_or("no date")?)?;
+    let lm = httpdate::parse_http_date(r.header("last-modified").ok_or("no lm")?)?;
+    assert_eq!(date.duration_since(lm)?, Duration::from_secs(60));
+    Ok(())
+}
+
+#[tokio::test]
+async fn config_delay_is_applied_and_overridden() -> Result {
+    // A fixed delay, on every reply (GET and others).
+    let config = OriginConfig {
+        delay: Delay::Fixed(Duration::from_millis(150)),
+        ..OriginConfig::default()
+    };
+    let origin = Origin::start_with(&config).await?;
+    let mut conn = Conn::open(&origin).await?;
+    let start = Instant::now();
+    let r = conn.request("GET", "/d?size=10", "").await?;
+    assert_eq!(r.status, 200);
+    assert!(start.elapsed() >= Duration::from_millis(150));
+    let start = Instant::now();
+    let r = conn.request("DELETE", "/d", "").await?;
+    assert_eq!(r.status, 200);
+    assert!(start.elapsed() >= Duration::from_millis(150));
+
+    // The URL's delay_ms overrides the default: with a default of an hour,
+    // `delay_ms=0` still answers (within the client's time limit).
+    let config = OriginConfig {
+        delay: Delay::Fixed(Duration::from_secs(3600)),
+        ..OriginConfig::default()
+    };
+    let slow = Origin::start_with(&config).await?;
+    let r = get(&slow, "/fast?delay_ms=0&size=3", "").await?;
+    assert_eq!(r.body, b"abc");
+    Ok(())
+}
+
+#[tokio::test]
+async fn config_delay_distributions_are_honoured() -> Result {
+    use rand::SeedableRng;
+    // Each reply waits one seeded draw, in arrival order: the total time
+    // of sequential requests is at least the sum of the same draws.
+    let cases = [
+        Delay::Uniform {
+            min: Duration::from_millis(40),
+            max: Duration::from_millis(80),
+        },
+        Delay::Exponential {
+            mean: Duration::from_millis(50),
+        },
+        Delay::LogNormal {
+            median: Duration::from_millis(40),
+            sigma: 0.5,
+        },
+    ];
+    for delay in cases {
+        let config = OriginConfig {
+            delay,
+            seed: 9,
+            ..OriginConfig::default()
+        };
+        let mut rng = rand_pcg::Pcg64::seed_from_u64(9);
+        let draws: Vec<Duration> = (0..6).map(|_| delay.sample(&mut rng)).collect();
+        assert!(
+            draws.windows(2).any(|w| w[0] != w[1]),
+            "{delay:?}: constant"
+        );
+        let origin = Origin::start_with(&config).await?;
+        let mut conn = Conn::open(&origin).await?;
+        let start = Instant::now();
+        for _ in 0..draws.len() {
+            assert_eq!(conn.request("GET", "/x", "").await?.status, 200);
+        }
+        let took = start.elapsed();
+        let expected: Duration = draws.iter().sum();
+        assert!(took >= expected, "{delay:?}: {took:?} < {expected:?}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn config_is_validated_and_parsed() -> Result {
+    let bad = OriginConfig {
+        cache_control: Some("bad\nvalue".to_owned()),
+        ..OriginConfig::default()
+    };
+    match Origin::start_with(&bad).await {
+        Err(OriginError::Invalid { key, .. }) => assert_eq!(key, "cache_control"),
+        other => panic!("expected an invalid cache_control, got {other:?}"),
+    }
+    let bad = OriginConfig {
+        delay: Delay::Uniform {
+            min: Duration::from_secs(2),
+            max: Duration::from_secs(1),
+        },
+        ..OriginConfig::default()
+    };
+    assert!(matches!(
+        Origin::start_with(&bad).await,
+        Err(OriginError::Invalid {
+            key: "delay.min",
+            ..
+        })
+    ));
+
+    let c: OriginConfig = toml::from_str(
+        "delay = { dist = \"exponential\", mean = \"1s\" }\ncache_control = \"max-age=86400\"\nlast_modified = \"1day\"\netag = true\nseed = 3\n",
+    )?;
+    assert_eq!(
+        c.delay,
+        Delay::Exponential {
+            mean: Duration::from_secs(1)
+        }
+    );
+    assert_eq!(c.last_modified, Some(Duration::from_secs(86_400)));
+    assert!(c.etag);
+    let c: OriginConfig = toml::from_str("delay = \"1s\"\n")?;
+    assert_eq!(c.delay, Delay::Fixed(Duration::from_secs(1)));
+    let c: OriginConfig =
+        toml::from_str("delay = { dist = \"lognormal\", median = \"800ms\", sigma = 0.6 }\n")?;
+    assert_eq!(
+        c.delay,
+        Delay::LogNormal {
+            median: Duration::from_millis(800),
+            sigma: 0.6
+        }
+    );
+    // Round trip, and unknown keys or distributions are errors.
+    let back: OriginConfig = toml::from_str(&toml::to_string(&c)?)?;
+    assert_eq!(back, c);
+    assert!(toml::from_str::<OriginConfig>("delays = \"1s\"\n").is_err());
+    assert!(
+        toml::from_str::<OriginConfig>("delay = { dist = \"pareto\", mean = \"1s\" }\n").is_err()
+    );
+    assert!(toml::from_str::<OriginConfig>(
+        "delay = { dist = \"exponential\", mean = \"1s\", x = 1 }\n"
+    )
+    .is_err());
+    assert_eq!(OriginConfig::default().delay, Delay::Fixed(Duration::ZERO));
     Ok(())
 }

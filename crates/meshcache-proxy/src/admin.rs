@@ -9,6 +9,8 @@ use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::Shared;
 
 /// Answers one admin request.
@@ -37,6 +39,7 @@ pub(crate) async fn handle(
         "/metrics" => {
             let mut text = shared.metrics.prometheus(stats);
             cooperation_metrics(&shared, &mut text);
+            efficiency_metrics(&shared, &mut text);
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/stats" => {
@@ -47,6 +50,18 @@ pub(crate) async fn handle(
                     serde_json::to_value(shared.coop.peer_stats()).unwrap_or_default(),
                 );
                 obj.insert("icp".into(), icp_counters(&shared));
+                obj.insert(
+                    "efficiency".into(),
+                    serde_json::to_value(shared.efficiency()).unwrap_or_default(),
+                );
+                let e = &shared.metrics.efficiency;
+                obj.insert(
+                    "requests_received".into(),
+                    serde_json::json!({
+                        "from_clients": e.from_clients.load(Relaxed),
+                        "from_peers": e.from_peers.load(Relaxed),
+                    }),
+                );
             }
             let body = serde_json::to_string_pretty(&snap)
                 .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
@@ -135,5 +150,35 @@ fn cooperation_metrics(shared: &Shared, out: &mut String) {
                 p.name
             );
         }
+    }
+}
+
+/// Time by kind of work, process CPU time and requests by sender, for `/metrics`.
+fn efficiency_metrics(shared: &Shared, out: &mut String) {
+    use std::fmt::Write as _;
+    let r = shared.efficiency();
+    let _ = writeln!(out, "# HELP meshcache_work_seconds_total Time spent serving clients, serving peers, and searching peers.\n# TYPE meshcache_work_seconds_total counter");
+    for (category, s) in [
+        ("client", r.client_s),
+        ("peer", r.peer_s),
+        ("search", r.search_s),
+    ] {
+        let _ = writeln!(
+            out,
+            "meshcache_work_seconds_total{{category=\"{category}\"}} {s}"
+        );
+    }
+    if let (Some(cpu), Some(overhead)) = (r.cpu_s, r.overhead_s) {
+        let _ = writeln!(out, "# HELP meshcache_process_cpu_seconds_total CPU time of the process (user and system).\n# TYPE meshcache_process_cpu_seconds_total counter\nmeshcache_process_cpu_seconds_total {cpu}");
+        let _ = writeln!(out, "# HELP meshcache_overhead_seconds CPU time not spent on clients, peers or searches.\n# TYPE meshcache_overhead_seconds gauge\nmeshcache_overhead_seconds {overhead}");
+    }
+    let e = &shared.metrics.efficiency;
+    let _ = writeln!(out, "# HELP meshcache_requests_received_total HTTP requests received, by sender.\n# TYPE meshcache_requests_received_total counter");
+    for (from, n) in [("client", &e.from_clients), ("peer", &e.from_peers)] {
+        let _ = writeln!(
+            out,
+            "meshcache_requests_received_total{{from=\"{from}\"}} {}",
+            n.load(Relaxed)
+        );
     }
 }

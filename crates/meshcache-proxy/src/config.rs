@@ -38,6 +38,8 @@ pub struct Config {
     pub log: LogConfig,
     /// Cooperation with other caches.
     pub cooperation: CooperationConfig,
+    /// Name resolution for origins.
+    pub dns: DnsConfig,
     /// Neighbour caches (`[[peer]]` tables).
     #[serde(rename = "peer")]
     pub peers: Vec<PeerConfig>,
@@ -54,6 +56,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             log: LogConfig::default(),
             cooperation: CooperationConfig::default(),
+            dns: DnsConfig::default(),
             peers: Vec::new(),
         }
     }
@@ -152,6 +155,9 @@ pub struct UpstreamConfig {
     pub idle_timeout: Duration,
     /// The most idle connections kept per upstream host.
     pub max_idle_per_host: usize,
+    /// Keep connections to origins and peers open for further requests. With `false`, every
+    /// request opens a connection of its own and sends `Connection: close`.
+    pub persistent: bool,
     /// Socket options for upstream connections.
     pub socket: SocketOptions,
 }
@@ -163,6 +169,7 @@ impl Default for UpstreamConfig {
             read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_idle_per_host: 64,
+            persistent: true,
             socket: SocketOptions::default(),
         }
     }
@@ -289,6 +296,9 @@ pub struct CooperationConfig {
     /// the next candidate and the peer is skipped until it recovers.
     #[serde(with = "humantime_serde")]
     pub peer_response_timeout: Duration,
+    /// Send ICP queries to a lone parent (no siblings, one parent) before every miss, although
+    /// its answer cannot change the route. A deliberate misconfiguration, off by default.
+    pub query_lone_parent: bool,
 }
 
 impl Default for CooperationConfig {
@@ -302,8 +312,18 @@ impl Default for CooperationConfig {
             dead_peer_timeout: Duration::from_secs(10),
             icp_hit_min_fresh: Duration::from_secs(30),
             peer_response_timeout: Duration::from_secs(5),
+            query_lone_parent: false,
         }
     }
+}
+
+/// Name resolution.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsConfig {
+    /// A static host table (as Squid's `hosts_file`): host name to address, consulted before
+    /// the system resolver. Names match without regard to case.
+    pub hosts: std::collections::BTreeMap<String, std::net::IpAddr>,
 }
 
 /// One neighbour cache.
@@ -443,6 +463,24 @@ impl Config {
                 "cooperation.icp_timeout_floor",
                 "is above cooperation.icp_timeout_ceiling",
             );
+        }
+        let mut seen = std::collections::HashSet::new();
+        for name in self.dns.hosts.keys() {
+            let bare = name.strip_suffix('.').unwrap_or(name);
+            let valid = !bare.is_empty()
+                && bare.len() <= 253
+                && bare
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+            if !valid {
+                return invalid(
+                    "dns.hosts",
+                    &format!("{name:?} is not a host name (letters, digits, '-', '.', '_')"),
+                );
+            }
+            if !seen.insert(bare.to_ascii_lowercase()) {
+                return invalid("dns.hosts", &format!("{name:?} is listed twice"));
+            }
         }
         if let Some(origin) = &self.http.accelerate {
             if origin.parse::<http::uri::Authority>().is_err() || origin.contains('@') {

@@ -2,11 +2,11 @@
 //!
 //! [`Coop::route`] answers "where should this miss go?": it starts the search (ICP queries to
 //! the peers worth asking, or none), waits for the decision (a HIT, all replies in, or the
-//! adaptive deadline) and returns the ordered hops. [`forward`] then tries the hops in order:
+//! adaptive deadline) and returns the ordered hops. `forward` then tries the hops in order:
 //! a sibling is asked with `only-if-cached` (its 504 means "gone since", and the next hop is
 //! tried), and a peer that refuses the connection or sends no response head within
 //! `cooperation.peer_response_timeout` is marked down and skipped, so a dead or stalled parent
-//! costs at most that bound and never the request. [`Coop::run_icp`] is the UDP side: it
+//! costs at most that bound and never the request. `run_icp` is the UDP side: it
 //! answers peers' queries from the store and feeds replies to the search.
 
 use std::collections::HashMap;
@@ -30,6 +30,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::oneshot;
 
 use crate::config::{CooperationConfig, PeerConfig, Protocol};
+use crate::efficiency::{Category, Source, Timed};
 use crate::error::UpstreamError;
 use crate::headers;
 use crate::service::Target;
@@ -103,6 +104,7 @@ impl Coop {
             timeout_floor: config.icp_timeout_floor,
             timeout_ceiling: config.icp_timeout_ceiling,
             dead_after: config.dead_peer_timeout,
+            query_lone_parent: config.query_lone_parent,
         };
         Coop {
             mesh: Mutex::new(IcpMesh::new(specs.clone(), icp_config)),
@@ -169,6 +171,24 @@ impl Coop {
             }
             (Outcome::Wait { .. }, None) => Route::direct(),
         }
+    }
+
+    /// Whether an HTTP request comes from a peer: the last hop of its `Via` names a configured
+    /// peer, or it came through a cache (it has a `Via`) from an address in `icp_allow` (a
+    /// child cache). Costs one header lookup for a request without `Via`.
+    pub fn is_peer_request(&self, from: IpAddr, headers: &HeaderMap) -> bool {
+        let Some(via) = headers.get_all(header::VIA).iter().next_back() else {
+            return false;
+        };
+        let last_by = via
+            .to_str()
+            .ok()
+            .and_then(|v| v.rsplit(',').map(str::trim).find(|hop| !hop.is_empty()))
+            .and_then(|hop| hop.split_whitespace().nth(1));
+        if last_by.is_some_and(|by| self.specs.iter().any(|s| s.name == by)) {
+            return true;
+        }
+        icp_allowed(&self.config.icp_allow, from)
     }
 
     /// The spec of a peer.
@@ -247,10 +267,18 @@ pub(crate) async fn forward(
     mut body: Option<Incoming>,
     hierarchical: bool,
 ) -> Result<Forwarded, UpstreamError> {
-    let route = shared
-        .coop
-        .route(&target.url, &target.host, hierarchical)
-        .await;
+    let route = if shared.coop.specs.is_empty() {
+        Route::direct()
+    } else {
+        let search = shared.coop.route(&target.url, &target.host, hierarchical);
+        tokio::pin!(search);
+        Timed::new(
+            search,
+            &shared.metrics.efficiency,
+            Source::Fixed(Category::Search),
+        )
+        .await
+    };
     let mut last_error = None;
     let hops = route.hops.len();
     for (i, hop) in route.hops.iter().enumerate() {
@@ -400,28 +428,59 @@ pub(crate) async fn run_icp(
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     let mut out = Vec::with_capacity(1024);
+    let efficiency = &shared.metrics.efficiency;
     loop {
-        let (len, from) = tokio::select! {
-            r = socket.recv_from(&mut buf) => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::debug!(error = %e, "ICP receive failed");
+        tokio::select! {
+            r = socket.readable() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "ICP socket failed");
                     continue;
                 }
-            },
+            }
             _ = stop.changed() => return,
+        }
+        // Timed from the receive to the reply sent: our searches' replies are search work,
+        // everything else (queries, junk) is work for other nodes.
+        let start = Instant::now();
+        let (len, from) = match socket.try_recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "ICP receive failed");
+                continue;
+            }
         };
         out.clear();
-        if let Some(reply_to) = handle_datagram(&shared, &buf[..len], from, &mut out) {
+        let (reply_to, category) = handle_datagram(&shared, &buf[..len], from, &mut out);
+        if let Some(reply_to) = reply_to {
             if socket.send_to(&out, reply_to).await.is_ok() {
                 shared.coop.counters.replies_sent.fetch_add(1, Relaxed);
             }
         }
+        efficiency.add(category, start.elapsed());
     }
 }
 
-/// Handles one datagram; returns where to send `out` when it holds a reply.
+/// Handles one datagram; returns where to send `out` when it holds a reply, and what kind of
+/// work it was (a reply to our search, or anything else: work for others).
 fn handle_datagram(
+    shared: &Shared,
+    datagram: &[u8],
+    from: SocketAddr,
+    out: &mut Vec<u8>,
+) -> (Option<SocketAddr>, Category) {
+    let opcode = datagram.first().and_then(|&b| icp::Opcode::from_u8(b));
+    let category = match opcode {
+        Some(icp::Opcode::Query | icp::Opcode::Secho | icp::Opcode::HitObj) | None => {
+            Category::Peer
+        }
+        Some(_) => Category::Search,
+    };
+    (respond(shared, datagram, from, out), category)
+}
+
+/// Decodes and handles one datagram; returns where to send `out` when it holds a reply.
+fn respond(
     shared: &Shared,
     datagram: &[u8],
     from: SocketAddr,

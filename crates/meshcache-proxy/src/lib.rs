@@ -1,11 +1,12 @@
 //! meshcache-proxy: the caching HTTP/1.1 forward proxy.
 //!
 //! A request enters through [`server`] (listeners, ACL, limits, shutdown), is handled by
-//! [`service`] (the request lifecycle, described there), which consults the [`cache`] (store,
+//! `service` (the request lifecycle, described there), which consults the [`cache`] (store,
 //! Vary, collapsed forwarding, store events) under the rules of [`semantics`] (RFC 9111, pure),
 //! and goes upstream through [`upstream`] (persistent pooled connections). The response body
 //! ([`body`]) streams back to the client, captures a copy for the store when allowed, and ends
-//! the transaction with one line in the [`accesslog`] and the [`metrics`].
+//! the transaction with one line in the [`accesslog`] and the [`metrics`]. [`efficiency`] times
+//! the work by kind (clients, peers, searches) against the process's CPU time.
 //!
 //! Embedding it:
 //! ```no_run
@@ -24,6 +25,7 @@ pub mod body;
 pub mod cache;
 pub mod config;
 pub mod coop;
+pub mod efficiency;
 pub mod error;
 pub mod guard;
 pub mod headers;
@@ -53,6 +55,17 @@ pub(crate) struct Shared {
     via: http::HeaderValue,
     x_cache_hit: http::HeaderValue,
     x_cache_miss: http::HeaderValue,
+    /// Clock ticks per second of `/proc` CPU times, read once at start.
+    clock_ticks: u64,
+}
+
+impl Shared {
+    /// Where the node's time went so far.
+    fn efficiency(&self) -> efficiency::EfficiencyReport {
+        self.metrics
+            .efficiency
+            .report(efficiency::process_cpu_seconds(self.clock_ticks))
+    }
 }
 
 /// Why a proxy could not start.

@@ -38,6 +38,8 @@ pub struct Metrics {
     pub upstream_errors: AtomicU64,
     /// Requests that waited for another request's fetch of the same URL.
     pub collapsed: AtomicU64,
+    /// Time by kind of work, and requests by sender.
+    pub efficiency: crate::efficiency::Efficiency,
     latency_us: Mutex<Histogram<u64>>,
 }
 
@@ -78,6 +80,7 @@ impl Metrics {
             upstream_connections_reused: AtomicU64::new(0),
             upstream_errors: AtomicU64::new(0),
             collapsed: AtomicU64::new(0),
+            efficiency: crate::efficiency::Efficiency::default(),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),

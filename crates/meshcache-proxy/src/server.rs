@@ -23,6 +23,7 @@ use crate::accesslog::{AccessLog, AccessRecord};
 use crate::cache::Cache;
 use crate::config::{Config, SocketOptions};
 use crate::coop::Coop;
+use crate::efficiency::{Category, ConnCategory, Source, Timed};
 use crate::guard::{GuardedStream, HeadLimits, ViolationSlot};
 use crate::metrics::Metrics;
 use crate::outcome::{HierCode, ResultCode};
@@ -117,7 +118,7 @@ impl Proxy {
             max_object_size: config.store.max_object_size,
             replacement: config.store.replacement,
         });
-        let upstream = Upstream::new(config.upstream.clone(), metrics.clone());
+        let upstream = Upstream::with_hosts(config.upstream.clone(), &config.dns, metrics.clone());
         let via = headers::via_value(&config.name);
         let x_cache = |what: &str| {
             http::HeaderValue::from_str(&format!("{what} from {}", config.name))
@@ -136,6 +137,7 @@ impl Proxy {
                 via,
                 x_cache_hit,
                 x_cache_miss,
+                clock_ticks: crate::efficiency::clock_ticks(),
             }),
         })
     }
@@ -148,6 +150,11 @@ impl Proxy {
     /// The counters.
     pub fn metrics(&self) -> &Metrics {
         &self.shared.metrics
+    }
+
+    /// Where the node's time went so far: clients, peers, searches, overhead (as `/stats`).
+    pub fn efficiency(&self) -> crate::efficiency::EfficiencyReport {
+        self.shared.efficiency()
     }
 
     /// The config in force.
@@ -288,7 +295,18 @@ async fn serve_connection(
     io.set_write_timeout(Some(cfg.idle_timeout));
     let svc_shared = shared.clone();
     let svc_slot = slot.clone();
-    let svc = service_fn(move |req| {
+    // Who the connection works for, decided per request (a peer's requests carry its Via);
+    // until its first request, nobody (its time is overhead).
+    let category = Arc::new(ConnCategory::unattributed());
+    let svc_category = category.clone();
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let who = if svc_shared.coop.is_peer_request(peer.ip(), req.headers()) {
+            Category::Peer
+        } else {
+            Category::Client
+        };
+        svc_category.begin_request(who);
+        svc_shared.metrics.efficiency.count_request(who);
         service::handle(svc_shared.clone(), peer, allowed, svc_slot.clone(), req)
     });
     let conn = http1::Builder::new()
@@ -300,11 +318,13 @@ async fn serve_connection(
         .serve_connection(TokioIo::new(Box::pin(io)), svc)
         .with_upgrades();
     tokio::pin!(conn);
+    let efficiency = &shared.metrics.efficiency;
+    let timed = Source::Cell(&category);
     let result = tokio::select! {
-        r = conn.as_mut() => r,
+        r = Timed::new(conn.as_mut(), efficiency, timed) => r,
         _ = stop.changed() => {
             conn.as_mut().graceful_shutdown();
-            conn.await
+            Timed::new(conn.as_mut(), efficiency, timed).await
         }
     };
     let violation = slot.lock().take();

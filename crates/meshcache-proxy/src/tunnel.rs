@@ -50,30 +50,36 @@ pub(crate) async fn connect(
         );
     }
     let timeout = shared.config.upstream.connect_timeout;
-    let upstream =
-        match tokio::time::timeout(timeout, TcpStream::connect((authority.host(), port))).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                return refuse(
-                    &shared,
-                    txn,
-                    StatusCode::BAD_GATEWAY,
-                    ResultCode::TcpTunnel,
-                    "connect-failed",
-                    &format!("cannot connect to {authority}: {e}"),
-                )
-            }
-            Err(_) => {
-                return refuse(
-                    &shared,
-                    txn,
-                    StatusCode::GATEWAY_TIMEOUT,
-                    ResultCode::TcpTunnel,
-                    "upstream-timeout",
-                    &format!("connection to {authority} timed out"),
-                )
-            }
-        };
+    let host = authority.host().to_ascii_lowercase();
+    let connect = async {
+        match shared.upstream.static_address(&host) {
+            Some(ip) => TcpStream::connect((ip, port)).await,
+            None => TcpStream::connect((host.as_str(), port)).await,
+        }
+    };
+    let upstream = match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return refuse(
+                &shared,
+                txn,
+                StatusCode::BAD_GATEWAY,
+                ResultCode::TcpTunnel,
+                "connect-failed",
+                &format!("cannot connect to {authority}: {e}"),
+            )
+        }
+        Err(_) => {
+            return refuse(
+                &shared,
+                txn,
+                StatusCode::GATEWAY_TIMEOUT,
+                ResultCode::TcpTunnel,
+                "upstream-timeout",
+                &format!("connection to {authority} timed out"),
+            )
+        }
+    };
     let _ = upstream.set_nodelay(shared.config.upstream.socket.nodelay);
     txn.result = ResultCode::TcpTunnel;
     txn.status = 200;

@@ -7,9 +7,13 @@
 //! connection never carries leftovers of an earlier response. A request that fails on a reused
 //! connection before any of it was processed (the origin closed the idle connection at the
 //! same moment) is retried once on a fresh connection, as RFC 9112 §9.3.1 allows.
+//!
+//! With `upstream.persistent = false` nothing is pooled: every request opens its own connection
+//! and says `Connection: close`. Host names found in the static host table (`dns.hosts`) are
+//! not looked up with the system resolver.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +28,8 @@ use parking_lot::Mutex;
 use tokio::net::TcpSocket;
 use tokio_io_timeout::TimeoutStream;
 
-use crate::config::{SocketOptions, UpstreamConfig};
+use crate::config::{DnsConfig, SocketOptions, UpstreamConfig};
+use crate::efficiency::{self, ConnCategory, Source, Timed};
 use crate::error::UpstreamError;
 use crate::metrics::Metrics;
 
@@ -40,6 +45,16 @@ pub fn no_body() -> UpBody {
 struct Conn {
     sender: SendRequest<UpBody>,
     peer: IpAddr,
+    /// Whose work the connection's task is doing: that of the request that last used it.
+    category: Arc<ConnCategory>,
+}
+
+impl Conn {
+    /// Lends the connection to the request being served on this thread (to nobody, that is
+    /// overhead, for work outside a timed poll such as a background refresh).
+    fn lend(&self) {
+        self.category.set_or_clear(efficiency::current());
+    }
 }
 
 struct Idle {
@@ -49,6 +64,8 @@ struct Idle {
 
 struct PoolInner {
     idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
+    /// The static host table, names lower-case without a trailing dot.
+    hosts: HashMap<String, IpAddr>,
     config: UpstreamConfig,
     metrics: Arc<Metrics>,
 }
@@ -78,7 +95,7 @@ impl Lease {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if conn.sender.is_closed() {
+        if conn.sender.is_closed() || !self.pool.config.persistent {
             return;
         }
         let mut idle = self.pool.idle.lock();
@@ -95,13 +112,36 @@ impl Lease {
 impl Upstream {
     /// A pool with the given settings.
     pub fn new(config: UpstreamConfig, metrics: Arc<Metrics>) -> Self {
+        Self::with_hosts(config, &DnsConfig::default(), metrics)
+    }
+
+    /// A pool that resolves the names of `dns.hosts` from the table, before the system resolver.
+    pub fn with_hosts(config: UpstreamConfig, dns: &DnsConfig, metrics: Arc<Metrics>) -> Self {
+        let hosts = dns
+            .hosts
+            .iter()
+            .map(|(name, ip)| {
+                let name = name.strip_suffix('.').unwrap_or(name);
+                (name.to_ascii_lowercase(), *ip)
+            })
+            .collect();
         Upstream {
             inner: Arc::new(PoolInner {
                 idle: Mutex::new(HashMap::new()),
+                hosts,
                 config,
                 metrics,
             }),
         }
+    }
+
+    /// The static host table's address for `host` (lower-case), if it lists it.
+    pub fn static_address(&self, host: &str) -> Option<IpAddr> {
+        let hosts = &self.inner.hosts;
+        if hosts.is_empty() {
+            return None;
+        }
+        hosts.get(host.strip_suffix('.').unwrap_or(host)).copied()
     }
 
     /// Drops idle connections older than the idle timeout; run it now and then.
@@ -147,7 +187,20 @@ impl Upstream {
         mut req: Request<UpBody>,
     ) -> Result<(Response<Incoming>, Lease), UpstreamError> {
         let key: Arc<str> = Arc::from(format!("{host}:{port}"));
-        if let Some(mut conn) = self.take_idle(&key).await {
+        let persistent = self.inner.config.persistent;
+        if !persistent {
+            req.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        let pooled = if persistent {
+            self.take_idle(&key).await
+        } else {
+            None
+        };
+        if let Some(mut conn) = pooled {
+            conn.lend();
             match conn.sender.try_send_request(req).await {
                 Ok(resp) => {
                     self.inner
@@ -166,6 +219,7 @@ impl Upstream {
             }
         }
         let mut conn = self.connect(host, port).await.map_err(|e| self.failed(e))?;
+        conn.lend();
         match conn.sender.send_request(req).await {
             Ok(resp) => Ok((resp, self.lease(conn, key))),
             Err(e) => Err(self.failed(UpstreamError::from_hyper(host, e))),
@@ -187,37 +241,41 @@ impl Upstream {
 
     async fn connect(&self, host: &str, port: u16) -> Result<Conn, UpstreamError> {
         let cfg = &self.inner.config;
-        let connect =
-            async {
-                let mut last = None;
-                for addr in tokio::net::lookup_host((host, port)).await.map_err(|e| {
-                    UpstreamError::Resolve {
+        let connect = async {
+            let mut last = None;
+            let addrs: Vec<SocketAddr> = match self.static_address(host) {
+                Some(ip) => vec![SocketAddr::new(ip, port)],
+                None => tokio::net::lookup_host((host, port))
+                    .await
+                    .map_err(|e| UpstreamError::Resolve {
                         host: host.to_owned(),
                         source: e,
-                    }
-                })? {
-                    let socket = if addr.is_ipv4() {
-                        TcpSocket::new_v4()
-                    } else {
-                        TcpSocket::new_v6()
-                    };
-                    let attempt = async {
-                        let socket = socket?;
-                        apply_socket_options(&socket, &cfg.socket)?;
-                        let stream = socket.connect(addr).await?;
-                        stream.set_nodelay(cfg.socket.nodelay)?;
-                        Ok::<_, std::io::Error>(stream)
-                    };
-                    match attempt.await {
-                        Ok(stream) => return Ok(stream),
-                        Err(e) => last = Some(e),
-                    }
-                }
-                Err(UpstreamError::Connect {
-                    host: host.to_owned(),
-                    source: last.unwrap_or_else(|| std::io::Error::other("no addresses")),
-                })
+                    })?
+                    .collect(),
             };
+            for addr in addrs {
+                let socket = if addr.is_ipv4() {
+                    TcpSocket::new_v4()
+                } else {
+                    TcpSocket::new_v6()
+                };
+                let attempt = async {
+                    let socket = socket?;
+                    apply_socket_options(&socket, &cfg.socket)?;
+                    let stream = socket.connect(addr).await?;
+                    stream.set_nodelay(cfg.socket.nodelay)?;
+                    Ok::<_, std::io::Error>(stream)
+                };
+                match attempt.await {
+                    Ok(stream) => return Ok(stream),
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(UpstreamError::Connect {
+                host: host.to_owned(),
+                source: last.unwrap_or_else(|| std::io::Error::other("no addresses")),
+            })
+        };
         let stream = tokio::time::timeout(cfg.connect_timeout, connect)
             .await
             .map_err(|_| UpstreamError::ConnectTimeout {
@@ -238,12 +296,21 @@ impl Upstream {
             .handshake(TokioIo::new(Box::pin(stream)))
             .await
             .map_err(|e| UpstreamError::from_hyper(host, e))?;
+        let category = Arc::new(ConnCategory::unattributed());
+        let task_category = category.clone();
+        let metrics = self.inner.metrics.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            tokio::pin!(conn);
+            let source = Source::Cell(&task_category);
+            if let Err(e) = Timed::new(conn, &metrics.efficiency, source).await {
                 tracing::debug!(error = %e, "upstream connection ended");
             }
         });
-        Ok(Conn { sender, peer })
+        Ok(Conn {
+            sender,
+            peer,
+            category,
+        })
     }
 }
 

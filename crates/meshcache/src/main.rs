@@ -74,6 +74,30 @@ enum LabCommand {
         /// Address to listen on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
+        /// Delay every reply by this long (unless the URL's delay_ms says otherwise).
+        #[arg(long, value_parser = humantime::parse_duration, group = "delay_dist")]
+        delay: Option<std::time::Duration>,
+        /// Delay every reply by a uniform draw between MIN and MAX.
+        #[arg(long, value_name = "MIN,MAX", value_parser = parse_duration_pair, group = "delay_dist")]
+        delay_uniform: Option<(std::time::Duration, std::time::Duration)>,
+        /// Delay every reply by an exponential draw of this mean.
+        #[arg(long, value_name = "MEAN", value_parser = humantime::parse_duration, group = "delay_dist")]
+        delay_exp: Option<std::time::Duration>,
+        /// Delay every reply by a log-normal draw of this median and sigma (e.g. 800ms,0.6).
+        #[arg(long, value_name = "MEDIAN,SIGMA", value_parser = parse_lognormal, group = "delay_dist")]
+        delay_lognormal: Option<(std::time::Duration, f64)>,
+        /// Cache-Control of responses whose URL has no cc.
+        #[arg(long)]
+        cache_control: Option<String>,
+        /// Last-Modified this long before now, for URLs without lm (e.g. 1day).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        last_modified: Option<std::time::Duration>,
+        /// Send an ETag derived from the path and query, for URLs without etag.
+        #[arg(long)]
+        etag: bool,
+        /// Seed of the delay draws.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
     },
     /// Run the client emulator against a proxy (or an origin) and report latency and outcomes.
     Load(lab_load::LoadArgs),
@@ -123,8 +147,8 @@ fn main() -> ExitCode {
                 },
         } => icp_query(peer, &url, from, timeout),
         Command::Lab {
-            command: LabCommand::Origin { listen },
-        } => lab_origin(listen),
+            command: origin @ LabCommand::Origin { .. },
+        } => lab_origin(origin),
         Command::Lab {
             command: LabCommand::Load(args),
         } => lab_load::run(args),
@@ -162,11 +186,60 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-fn lab_origin(listen: std::net::SocketAddr) -> anyhow::Result<()> {
+fn lab_origin(args: LabCommand) -> anyhow::Result<()> {
+    use meshcache_lab::origin::{Delay, OriginConfig};
+    let LabCommand::Origin {
+        listen,
+        delay,
+        delay_uniform,
+        delay_exp,
+        delay_lognormal,
+        cache_control,
+        last_modified,
+        etag,
+        seed,
+    } = args
+    else {
+        anyhow::bail!("not the origin command");
+    };
+    let delay = match (delay, delay_uniform, delay_exp, delay_lognormal) {
+        (Some(d), ..) => Delay::Fixed(d),
+        (_, Some((min, max)), ..) => Delay::Uniform { min, max },
+        (_, _, Some(mean), _) => Delay::Exponential { mean },
+        (.., Some((median, sigma))) => Delay::LogNormal { median, sigma },
+        _ => Delay::default(),
+    };
+    let config = OriginConfig {
+        delay,
+        cache_control,
+        last_modified,
+        etag,
+        seed,
+    };
+    config.validate()?;
     init_tracing();
     runtime()?
-        .block_on(meshcache_lab::run_origin(listen))
+        .block_on(meshcache_lab::origin::run_origin_with(listen, &config))
         .with_context(|| format!("origin emulator on {listen}"))
+}
+
+/// `A,B`: two durations (`--delay-uniform 500ms,1500ms`).
+fn parse_duration_pair(s: &str) -> Result<(std::time::Duration, std::time::Duration), String> {
+    let (a, b) = s.split_once(',').ok_or("expected MIN,MAX")?;
+    let parse = |d: &str| humantime::parse_duration(d.trim()).map_err(|e| format!("{d:?}: {e}"));
+    Ok((parse(a)?, parse(b)?))
+}
+
+/// `MEDIAN,SIGMA` (`--delay-lognormal 800ms,0.6`).
+fn parse_lognormal(s: &str) -> Result<(std::time::Duration, f64), String> {
+    let (median, sigma) = s.split_once(',').ok_or("expected MEDIAN,SIGMA")?;
+    let median =
+        humantime::parse_duration(median.trim()).map_err(|e| format!("{median:?}: {e}"))?;
+    let sigma = sigma
+        .trim()
+        .parse()
+        .map_err(|_| format!("{sigma:?}: not a number"))?;
+    Ok((median, sigma))
 }
 
 fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
