@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, installing first what the tests talk to (curl, calamaris, and
-# Squid and tshark for the ICP interop tests in crates/meshcache/tests/squid.rs).
+# Squid and tshark for the ICP interop tests in crates/meshcache/tests/squid.rs; a DejaVu font
+# for the lab's PNG graphs).
 # Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ missing=()
 for cmd in "${!tools[@]}"; do
   have "$cmd" || missing+=("${tools[$cmd]}")
 done
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing test tools: ${missing[*]}"
   sudo=""

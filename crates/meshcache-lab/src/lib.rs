@@ -17,6 +17,7 @@
 //! | [`topology`] | flat, 3.1, 2.2, 2.2.dom, pair, and custom cache graphs |
 //! | [`node`] | nodes' addresses, generated configs (meshcache TOML, squid.conf) and processes |
 //! | [`measure`] | CPU, UDP/TCP counters and the nodes' own counters, before and after a measured phase |
+//! | [`replay`] | a workload's requests split into per-node jobs and replayed by the client emulator |
 //! | [`run`] | the runner: origins, links, nodes, warm-up, measured replay, teardown |
 //! | [`results`] | what a run measured (`results.json`) |
 //! | [`report`] | `results.md` (Table 2 shaped), the Hit Ratio Efficiency Graph and latency plots |
@@ -114,6 +115,7 @@ pub mod link;
 pub mod measure;
 pub mod node;
 pub mod origin;
+pub mod replay;
 pub mod report;
 pub mod results;
 pub mod run;

@@ -182,7 +182,9 @@ impl NodePlan {
              pinger_enable off\nquery_icmp off\nminimum_direct_rtt 0\nminimum_direct_hops 0\n\
              nonhierarchical_direct off\n",
         );
-        let _ = writeln!(c, "hosts_file {dir}/hosts");
+        // Names come from the hosts file; a name missing there fails at once instead of
+        // waiting for a DNS server that no loopback-only run can reach.
+        let _ = writeln!(c, "hosts_file {dir}/hosts\ndns_nameservers 127.0.0.1");
         let _ = writeln!(
             c,
             "access_log stdio:{dir}/access.log squid\nstrip_query_terms off\nbuffered_logs on\n\
@@ -201,7 +203,13 @@ impl NodePlan {
         }
         let has_parent = self.used_peers().any(|p| p.role == Role::Parent);
         for (k, p) in self.used_peers().enumerate() {
-            let opts = if self.icp { "" } else { " no-query" };
+            // Peers are found by ICP alone here: without no-digest Squid would first try to
+            // fetch each peer's cache digest and use it instead of ICP.
+            let opts = if self.icp {
+                " no-digest"
+            } else {
+                " no-query no-digest"
+            };
             let _ = writeln!(
                 c,
                 "cache_peer {} {} {} {} name={}{}",
@@ -494,11 +502,11 @@ mod tests {
     fn squid_config_has_peers_and_domain_rules() {
         let (conf, hosts) = plan(Product::Squid, true).squid_conf(false);
         assert!(
-            conf.contains("cache_peer 127.0.0.11 sibling 3128 3130 name=c1\n"),
+            conf.contains("cache_peer 127.0.0.11 sibling 3128 3130 name=c1 no-digest\n"),
             "{conf}"
         );
         assert!(
-            conf.contains("cache_peer 127.0.0.13 parent 3128 3130 name=p1\n"),
+            conf.contains("cache_peer 127.0.0.13 parent 3128 3130 name=p1 no-digest\n"),
             "{conf}"
         );
         assert!(
@@ -509,6 +517,6 @@ mod tests {
         let (none, _) = plan(Product::Squid, false).squid_conf(false);
         assert!(none.contains("icp_port 0"));
         assert!(!none.contains("name=c1"));
-        assert!(none.contains("parent 3128 0 name=p1 no-query"));
+        assert!(none.contains("parent 3128 0 name=p1 no-query no-digest"));
     }
 }

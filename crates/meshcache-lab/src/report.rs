@@ -348,6 +348,7 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
         cpu_user_s: med(&|c| c.cpu_user_s),
         cpu_sys_s: med(&|c| c.cpu_sys_s),
         udp_messages: med_u(&|c| c.udp_messages),
+        udp_datagrams_netns: med_u(&|c| c.udp_datagrams_netns),
         tcp_messages: med_u(&|c| c.tcp_messages),
         intercache_messages_per_request: med(&|c| c.intercache_messages_per_request),
         efficiency: med(&|c| c.efficiency),

@@ -96,6 +96,10 @@ pub struct ConfigResult {
     pub cpu_sys_s: f64,
     /// UDP datagrams sent plus received by the cache nodes.
     pub udp_messages: u64,
+    /// UDP datagrams sent plus received in the whole namespace (when `own_netns`; a check on
+    /// `udp_messages`).
+    #[serde(default)]
+    pub udp_datagrams_netns: u64,
     /// TCP segments sent plus received (whole namespace when `own_netns`, else the nodes' own estimate).
     pub tcp_messages: u64,
     /// Inter-cache messages (queries, replies, peer HTTP requests) per client request.

@@ -1,1 +1,966 @@
-//! (being written)
+//! Running an experiment: `meshcache lab run EXPERIMENT.toml --out DIR`.
+//!
+//! For every workload variant the workload is generated once (seeded), then
+//! every configuration runs with every product and repetition, each run on
+//! fresh processes:
+//!
+//! 1. origins: one origin emulator per host of the workload, on
+//!    `127.0.1.(1+k)` (the nodes' host tables map the names there);
+//! 2. links: user-space relays for every `[[link]]` the configuration uses;
+//! 3. nodes: one process per node of the topology (meshcache, or Squid with
+//!    a generated squid.conf) on `127.0.0.(10+i)`, started through
+//!    `setpriv --pdeathsig KILL` so none outlives the lab;
+//! 4. a short pre-warm (a request per node, so ICP peers hear of each other),
+//!    the optional unmeasured warm-up pass, then the measured pass, with
+//!    snapshots of CPU, the nodes' counters and the namespace's UDP/TCP
+//!    counters right before and after it;
+//! 5. everything stopped, the run's figures appended to the results, and
+//!    the report rewritten (so an interrupted experiment keeps what it did).
+//!
+//! Clients are assigned to the nodes that take clients as the Summary Cache
+//! paper's benchmark does: client `c` to the `c mod n`-th such node.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use meshcache_workload::Request;
+
+use crate::experiment::{parse_size, Experiment, Product, RunConfig, Variant};
+use crate::link::{Link, LinkConfig, TcpRelay, UdpPair};
+use crate::measure::{self, Cpu, NetCounters, NodeCounters};
+use crate::node::{self, Launcher, NodePlan, NodeProcess, PeerPlan};
+use crate::results::{ConfigResult, LatencySummary, Machine, NodeResult, Results};
+use crate::topology::Topology;
+
+/// How `lab run` runs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Results directory.
+    pub out: PathBuf,
+    /// The meshcache binary the nodes run.
+    pub meshcache: PathBuf,
+    /// Whether this process has a network namespace of its own.
+    pub own_netns: bool,
+    /// Only configurations with these names (all when empty).
+    pub only: Vec<String>,
+    /// Only these products (the experiment's when empty).
+    pub products: Vec<Product>,
+    /// Progress bars on standard error.
+    pub progress: bool,
+    /// The revision the binary was built from.
+    pub revision: String,
+    /// Where relative paths of the experiment file (a workload trace) start.
+    pub base: PathBuf,
+}
+
+/// One run of the expansion.
+struct Planned<'a> {
+    variant: Option<&'a Variant>,
+    product: Product,
+    config: &'a RunConfig,
+    repetition: u32,
+}
+
+/// A generated workload.
+struct Workload {
+    requests: Vec<Request>,
+    /// Host name → origin address.
+    origins: BTreeMap<String, Ipv4Addr>,
+    unique_bytes: u64,
+    inherent_hit_ratio: f64,
+}
+
+/// Runs the experiment; `interrupt` resolving stops it (what finished is kept).
+pub async fn run_experiment(
+    exp: &Experiment,
+    text: &str,
+    opts: &RunOptions,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<Results> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&opts.out)
+        .with_context(|| format!("cannot create {}", opts.out.display()))?;
+    // A directory reused for a new run must not mix two runs' node files.
+    let runs = opts.out.join("runs");
+    if runs.exists() {
+        std::fs::remove_dir_all(&runs)
+            .with_context(|| format!("cannot clear {}", runs.display()))?;
+    }
+    let mut results = Results {
+        experiment: exp.name.clone(),
+        experiment_toml: text.to_string(),
+        revision: opts.revision.clone(),
+        seed: exp.seed,
+        started: now_rfc3339(),
+        machine: machine(opts.own_netns),
+        ..Results::default()
+    };
+    let plan = expand(exp, opts);
+    if plan.is_empty() {
+        bail!("nothing to run: no configuration matches the --only / --product selection");
+    }
+    let squid = if plan.iter().any(|p| p.product == Product::Squid) {
+        Some(Launcher::find_squid().ok_or_else(|| {
+            anyhow!("the experiment runs Squid, but no squid binary was found (Debian: apt-get install squid)")
+        })?)
+    } else {
+        None
+    };
+    let launcher = Launcher {
+        meshcache: opts.meshcache.clone(),
+        squid: squid.unwrap_or_default(),
+        threads: exp.nodes.threads,
+        cpus: exp.nodes.cpus.clone(),
+    };
+    let bars = MultiProgress::with_draw_target(if opts.progress {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    });
+    let overall = bars.add(ProgressBar::new(plan.len() as u64));
+    overall.set_style(
+        ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} runs, {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    overall.set_prefix(exp.name.clone());
+    let (steal0_total, steal0) = measure::steal_jiffies().unwrap_or((0, 0));
+
+    let body = async {
+        let mut workloads: HashMap<Option<String>, Arc<Workload>> = HashMap::new();
+        for (index, p) in plan.iter().enumerate() {
+            let key = p.variant.map(|v| v.name.clone());
+            let workload = match workloads.get(&key) {
+                Some(w) => Arc::clone(w),
+                None => {
+                    overall.set_message(format!(
+                        "generating workload {}",
+                        key.as_deref().unwrap_or("")
+                    ));
+                    let w = Arc::new(make_workload(exp, p.variant, &opts.base)?);
+                    workloads.insert(key, Arc::clone(&w));
+                    w
+                }
+            };
+            let name = run_name(p);
+            overall.set_message(name.clone());
+            let dir = opts
+                .out
+                .join("runs")
+                .join(format!("{index:02}-{}", slug(&name)));
+            let result = run_one(exp, p, &workload, &launcher, &dir, &bars)
+                .await
+                .with_context(|| format!("run {name:?}"))?;
+            bars.println(format!(
+                "{name}: {} requests, hit ratio {:.1}%, latency mean {:.2} ms, p99 {:.2} ms, \
+                 CPU {:.2}+{:.2} s, {:.3} inter-cache msgs/request",
+                result.requests,
+                result.hit_ratio * 100.0,
+                result.latency_ms.mean,
+                result.latency_ms.p99,
+                result.cpu_user_s,
+                result.cpu_sys_s,
+                result.intercache_messages_per_request,
+            ))?;
+            results.configs.push(result);
+            results.duration_s = started.elapsed().as_secs_f64();
+            crate::report::write_all(&results, &opts.out).context("writing the report")?;
+            overall.inc(1);
+        }
+        anyhow::Ok(())
+    };
+    let outcome = tokio::select! {
+        r = body => r,
+        () = interrupt => Err(anyhow!("interrupted: the report holds the runs that finished")),
+    };
+    overall.finish_and_clear();
+    let (steal1_total, steal1) = measure::steal_jiffies().unwrap_or((0, 0));
+    if steal1_total > steal0_total {
+        results.machine.steal_pct = 100.0 * (steal1 - steal0) as f64
+            / (steal1_total - steal0_total) as f64
+            * results.machine.cores as f64;
+    }
+    results.duration_s = started.elapsed().as_secs_f64();
+    crate::report::write_all(&results, &opts.out).context("writing the report")?;
+    outcome.map(|()| results)
+}
+
+fn expand<'a>(exp: &'a Experiment, opts: &RunOptions) -> Vec<Planned<'a>> {
+    let variants: Vec<Option<&Variant>> = if exp.variant.is_empty() {
+        vec![None]
+    } else {
+        exp.variant.iter().map(Some).collect()
+    };
+    let mut plan = Vec::new();
+    for variant in variants {
+        for &product in &exp.products {
+            if !opts.products.is_empty() && !opts.products.contains(&product) {
+                continue;
+            }
+            for config in &exp.config {
+                if !config.products.is_empty() && !config.products.contains(&product) {
+                    continue;
+                }
+                if !opts.only.is_empty() && !opts.only.contains(&config.name) {
+                    continue;
+                }
+                for repetition in 0..exp.repetitions {
+                    plan.push(Planned {
+                        variant,
+                        product,
+                        config,
+                        repetition,
+                    });
+                }
+            }
+        }
+    }
+    plan
+}
+
+fn group_name(p: &Planned<'_>) -> String {
+    match p.variant {
+        Some(v) => format!("{} {}", p.product.name(), v.name),
+        None => p.product.name().to_string(),
+    }
+}
+
+fn run_name(p: &Planned<'_>) -> String {
+    let mut name = format!("{} / {}", group_name(p), p.config.name);
+    if p.repetition > 0 {
+        name.push_str(&format!(" #{}", p.repetition + 1));
+    }
+    name
+}
+
+fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+/// The address of the `k`-th origin host.
+fn origin_ip(k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 1, 1 + (k % 250) as u8)
+}
+
+/// The address of the `k`-th relay face.
+fn relay_ip(k: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 2 + (k / 250) as u8, 1 + (k % 250) as u8)
+}
+
+/// The most distinct origin hosts a workload may name (each gets its own address).
+const MAX_ORIGINS: usize = 250;
+
+fn make_workload(
+    exp: &Experiment,
+    variant: Option<&Variant>,
+    base: &Path,
+) -> anyhow::Result<Workload> {
+    let spec = exp.workload_for(variant);
+    let mut requests = crate::replay::generate(&spec, exp.seed, base)?;
+    if requests.is_empty() {
+        bail!("the workload has no requests");
+    }
+    // Every URL names its origin by host; give each host an origin and the experiment's port.
+    let mut origins = BTreeMap::new();
+    let mut seen = HashMap::new();
+    let mut unique_bytes = 0u64;
+    let mut rereferences = 0u64;
+    for r in &mut requests {
+        let (host, rest) = split_url(&r.url)
+            .ok_or_else(|| anyhow!("the workload has a URL the lab cannot serve: {}", r.url))?;
+        let host = host.to_ascii_lowercase();
+        if !origins.contains_key(&host) {
+            if origins.len() == MAX_ORIGINS {
+                bail!("the workload names more than {MAX_ORIGINS} hosts");
+            }
+            origins.insert(host.clone(), origin_ip(origins.len()));
+        }
+        r.url = format!("http://{host}:{}{rest}", exp.origin_port);
+        match seen.entry(r.url.clone()) {
+            std::collections::hash_map::Entry::Occupied(_) => rereferences += 1,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                unique_bytes += r.size;
+                v.insert(());
+            }
+        }
+    }
+    let inherent_hit_ratio = rereferences as f64 / requests.len() as f64;
+    Ok(Workload {
+        requests,
+        origins,
+        unique_bytes,
+        inherent_hit_ratio,
+    })
+}
+
+/// `http://host[:port]/rest` → (host, /rest).
+fn split_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("http://")?;
+    let slash = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..slash];
+    let host = authority.rsplit_once(':').map_or(authority, |(h, _)| h);
+    let path = &rest[slash..];
+    if host.is_empty() {
+        return None;
+    }
+    Some((host, if path.is_empty() { "/" } else { path }))
+}
+
+/// What one party of a link is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Party {
+    Clients,
+    Origins,
+    Node(usize),
+}
+
+fn party(name: &str, topo: &Topology) -> Option<Party> {
+    match name {
+        "clients" => Some(Party::Clients),
+        "origins" => Some(Party::Origins),
+        _ => topo
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .map(Party::Node),
+    }
+}
+
+/// The link config seen from `a` (its `a_to_b` is what `a` sends).
+fn oriented(l: &crate::experiment::Link, a_is_from: bool) -> LinkConfig {
+    if a_is_from {
+        l.profile
+    } else {
+        LinkConfig {
+            a_to_b: l.profile.b_to_a,
+            b_to_a: l.profile.a_to_b,
+            ..l.profile
+        }
+    }
+}
+
+/// Everything a run started; dropping it stops all (nodes first).
+struct Running {
+    nodes: Vec<NodeProcess>,
+    _links: Vec<Link>,
+    _origins: Vec<crate::origin::Origin>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            n.stop(Duration::from_secs(3));
+        }
+    }
+}
+
+async fn run_one(
+    exp: &Experiment,
+    p: &Planned<'_>,
+    w: &Workload,
+    launcher: &Launcher,
+    dir: &Path,
+    bars: &MultiProgress,
+) -> anyhow::Result<ConfigResult> {
+    let topo = Topology::build(&p.config.topology, exp).map_err(|e| anyhow!(e))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let n = topo.nodes.len();
+
+    // Origins.
+    let mut origins = Vec::new();
+    for ip in w.origins.values() {
+        let addr = SocketAddr::from((*ip, exp.origin_port));
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot bind an origin on {addr}"))?;
+        origins.push(crate::origin::Origin::spawn_with(
+            listener,
+            &exp.origins,
+            std::future::pending(),
+        )?);
+    }
+
+    // Addresses as each party sees the others, before links.
+    let mut hosts: Vec<BTreeMap<String, IpAddr>> = (0..n)
+        .map(|_| {
+            w.origins
+                .iter()
+                .map(|(h, ip)| (h.clone(), IpAddr::V4(*ip)))
+                .collect()
+        })
+        .collect();
+    let mut peer_addrs: HashMap<(usize, usize), (SocketAddr, SocketAddr)> = HashMap::new();
+    for (i, node) in topo.nodes.iter().enumerate() {
+        for nb in &node.neighbours {
+            let ip = node::node_ip(nb.node);
+            peer_addrs.insert(
+                (i, nb.node),
+                (
+                    SocketAddr::from((ip, node::HTTP_PORT)),
+                    SocketAddr::from((ip, node::ICP_PORT)),
+                ),
+            );
+        }
+    }
+    let mut client_targets: Vec<SocketAddr> = (0..n)
+        .map(|i| SocketAddr::from((node::node_ip(i), node::HTTP_PORT)))
+        .collect();
+
+    // Links: relays in between, and the parties' views rewritten to the relays' faces.
+    let mut links = Vec::new();
+    let mut faces = 0usize;
+    let mut face = || {
+        faces += 1;
+        relay_ip(faces - 1)
+    };
+    let seed = exp.seed;
+    for (li, l) in exp.link.iter().enumerate() {
+        if p.config
+            .links
+            .as_ref()
+            .is_some_and(|sel| !sel.contains(&l.name))
+        {
+            continue;
+        }
+        let (Some(a), Some(b)) = (party(&l.from, &topo), party(&l.to, &topo)) else {
+            bail!("link {:?}: unknown party", l.name);
+        };
+        let lseed = seed ^ ((li as u64 + 1) << 32);
+        match (a, b) {
+            (Party::Clients, Party::Node(x)) | (Party::Node(x), Party::Clients) => {
+                let cfg = oriented(l, a == Party::Clients);
+                let listen = SocketAddr::from((face(), node::HTTP_PORT));
+                links.push(tcp_link(listen, client_targets[x], None, cfg, lseed).await?);
+                client_targets[x] = listen;
+            }
+            (Party::Origins, Party::Node(x)) | (Party::Node(x), Party::Origins) => {
+                let cfg = oriented(l, a == Party::Node(x));
+                for (k, (host, ip)) in w.origins.iter().enumerate() {
+                    let f = face();
+                    let listen = SocketAddr::from((f, exp.origin_port));
+                    let target = SocketAddr::from((*ip, exp.origin_port));
+                    links.push(tcp_link(listen, target, None, cfg, lseed + k as u64).await?);
+                    hosts[x].insert(host.clone(), IpAddr::V4(f));
+                }
+            }
+            (Party::Node(x), Party::Node(y)) => {
+                let cfg = oriented(l, true);
+                let (fx, fy) = (face(), face()); // fx: x's view of y; fy: y's view of x
+                let x_icp = SocketAddr::from((node::node_ip(x), node::ICP_PORT));
+                let y_icp = SocketAddr::from((node::node_ip(y), node::ICP_PORT));
+                let a_side = tokio::net::UdpSocket::bind((fx, node::ICP_PORT)).await?;
+                let b_side = tokio::net::UdpSocket::bind((fy, node::ICP_PORT)).await?;
+                links.push(Link::udp_pair(
+                    a_side,
+                    b_side,
+                    UdpPair {
+                        a: x_icp,
+                        b: y_icp,
+                        link: cfg,
+                        seed: lseed,
+                    },
+                    std::future::pending(),
+                )?);
+                let x_sees_y = SocketAddr::from((fx, node::HTTP_PORT));
+                let y_sees_x = SocketAddr::from((fy, node::HTTP_PORT));
+                let y_http = SocketAddr::from((node::node_ip(y), node::HTTP_PORT));
+                let x_http = SocketAddr::from((node::node_ip(x), node::HTTP_PORT));
+                links.push(tcp_link(x_sees_y, y_http, Some(fy.into()), cfg, lseed + 1).await?);
+                let back = oriented(l, false);
+                links.push(tcp_link(y_sees_x, x_http, Some(fx.into()), back, lseed + 2).await?);
+                peer_addrs.insert((x, y), (x_sees_y, SocketAddr::from((fx, node::ICP_PORT))));
+                peer_addrs.insert((y, x), (y_sees_x, SocketAddr::from((fy, node::ICP_PORT))));
+            }
+            _ => bail!(
+                "link {:?} joins {:?} and {:?}: a link needs a node at one end",
+                l.name,
+                l.from,
+                l.to
+            ),
+        }
+    }
+
+    // Nodes.
+    let memory = match exp.nodes.memory.as_str() {
+        "auto" => {
+            ((w.unique_bytes as f64 * exp.nodes.cache_share) / n as f64).max(1_048_576.0) as u64
+        }
+        m => parse_size(m).map_err(|e| anyhow!(e))?,
+    };
+    // A cache smaller than the largest object stores objects up to its own size.
+    let max_object_size = parse_size(&exp.nodes.max_object_size)
+        .map_err(|e| anyhow!(e))?
+        .min(memory);
+    let extra = match p.product {
+        Product::Meshcache => &exp.nodes.meshcache_extra,
+        Product::Squid => &exp.nodes.squid_extra,
+    };
+    let mut running = Running {
+        nodes: Vec::new(),
+        _links: links,
+        _origins: origins,
+    };
+    for (i, tn) in topo.nodes.iter().enumerate() {
+        let peers = tn
+            .neighbours
+            .iter()
+            .map(|nb| {
+                let (http, icp) = peer_addrs[&(i, nb.node)];
+                PeerPlan {
+                    name: topo.nodes[nb.node].name.clone(),
+                    role: nb.role,
+                    http,
+                    icp,
+                    domains: nb.domains.clone(),
+                }
+            })
+            .collect();
+        let plan = NodePlan {
+            index: i,
+            name: tn.name.clone(),
+            product: p.product,
+            ip: node::node_ip(i),
+            dir: dir.join(&tn.name),
+            memory,
+            max_object_size,
+            icp: p.config.protocol == "icp",
+            persistent: p.config.persistent.unwrap_or(exp.nodes.persistent),
+            query_lone_parent: p.config.query_lone_parent,
+            peers,
+            hosts: hosts[i].clone(),
+            extra: extra.clone(),
+        };
+        running.nodes.push(launcher.start(plan)?);
+    }
+    let ready = tokio::task::block_in_place(|| {
+        running
+            .nodes
+            .iter_mut()
+            .try_for_each(|n| n.wait_ready(Duration::from_secs(20)))
+    });
+    ready?;
+
+    // Clients: client c goes to the (c mod k)-th node that takes clients.
+    let client_nodes = topo.client_nodes();
+    let mut streams: Vec<BTreeMap<u32, Vec<Request>>> = vec![BTreeMap::new(); n];
+    for r in &w.requests {
+        let node = client_nodes[r.client as usize % client_nodes.len()];
+        streams[node].entry(r.client).or_default().push(r.clone());
+    }
+    let jobs: Vec<crate::replay::NodeJob> = client_nodes
+        .iter()
+        .map(|&i| crate::replay::NodeJob {
+            target: client_targets[i],
+            local: topo.nodes[i].name.clone(),
+            parents: topo.parents_of(i),
+            streams: std::mem::take(&mut streams[i]).into_values().collect(),
+        })
+        .collect();
+
+    // Pre-warm: one request per node so that ICP peers hear of each other.
+    if let Some(host) = w.origins.keys().next() {
+        let warm: Vec<_> = jobs
+            .iter()
+            .map(|j| crate::replay::NodeJob {
+                target: j.target,
+                local: j.local.clone(),
+                parents: j.parents.clone(),
+                streams: vec![(0..3)
+                    .map(|k| Request {
+                        time_ms: 0,
+                        client: 0,
+                        size: 16,
+                        url: format!(
+                            "http://{host}:{}/lab-prewarm/{}/{k}?size=16",
+                            exp.origin_port, j.local
+                        ),
+                    })
+                    .collect()],
+            })
+            .collect();
+        crate::replay::replay(&warm, exp, None).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    if exp.clients.warmup_pass {
+        crate::replay::replay(&jobs, exp, None).await;
+    }
+
+    // Measured pass.
+    let total: u64 = jobs
+        .iter()
+        .flat_map(|j| &j.streams)
+        .map(|s| s.len() as u64)
+        .sum();
+    let bar = bars.add(ProgressBar::new(total));
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} requests {per_sec}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(p.config.name.clone());
+    let ticks = measure::clock_ticks();
+    let before = snapshot(&running, ticks)?;
+    let wall = Instant::now();
+    let reports = crate::replay::replay(&jobs, exp, Some(&bar)).await;
+    let wall_s = wall.elapsed().as_secs_f64();
+    let after = snapshot(&running, ticks)?;
+    bar.finish_and_clear();
+    bars.remove(&bar);
+
+    let result = summarize(
+        p, &topo, &running, &jobs, &reports, &before, &after, w, wall_s,
+    );
+    drop(running);
+    Ok(result)
+}
+
+async fn tcp_link(
+    listen: SocketAddr,
+    target: SocketAddr,
+    bind_out: Option<IpAddr>,
+    link: LinkConfig,
+    seed: u64,
+) -> anyhow::Result<Link> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot bind a link relay on {listen}"))?;
+    Ok(Link::tcp(
+        listener,
+        TcpRelay {
+            target,
+            bind_out,
+            link,
+            seed,
+        },
+        std::future::pending(),
+    )?)
+}
+
+/// Readings at one moment.
+struct Snapshot {
+    cpu: Vec<Cpu>,
+    counters: Vec<NodeCounters>,
+    http_requests: Vec<u64>,
+    net: NetCounters,
+}
+
+fn snapshot(running: &Running, ticks: f64) -> anyhow::Result<Snapshot> {
+    let mut s = Snapshot {
+        cpu: Vec::new(),
+        counters: Vec::new(),
+        http_requests: Vec::new(),
+        net: measure::net_counters().unwrap_or_default(),
+    };
+    for n in &running.nodes {
+        s.cpu.push(
+            measure::process_cpu(n.pid(), ticks)
+                .with_context(|| format!("node {} is gone", n.plan.name))?,
+        );
+        let timeout = Duration::from_secs(5);
+        let (counters, requests) = match n.plan.product {
+            Product::Meshcache => {
+                let body = measure::http_get(n.plan.admin(), "/stats", timeout)
+                    .with_context(|| format!("node {}: /stats", n.plan.name))?;
+                let json: serde_json::Value = serde_json::from_str(&body)
+                    .with_context(|| format!("node {}: /stats is not JSON", n.plan.name))?;
+                (
+                    measure::parse_meshcache_stats(&json),
+                    json["requests"].as_u64().unwrap_or(0),
+                )
+            }
+            Product::Squid => {
+                let url = format!(
+                    "http://{}:{}/squid-internal-mgr/counters",
+                    n.plan.name,
+                    node::HTTP_PORT
+                );
+                let body = measure::http_get(n.plan.http(), &url, timeout)
+                    .with_context(|| format!("node {}: cache manager counters", n.plan.name))?;
+                let requests = body
+                    .lines()
+                    .find_map(|l| l.strip_prefix("client_http.requests = "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                (measure::parse_squid_counters(&body), requests)
+            }
+        };
+        s.counters.push(counters);
+        s.http_requests.push(requests);
+    }
+    Ok(s)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    p: &Planned<'_>,
+    topo: &Topology,
+    running: &Running,
+    jobs: &[crate::replay::NodeJob],
+    reports: &[crate::replay::JobOutcome],
+    before: &Snapshot,
+    after: &Snapshot,
+    w: &Workload,
+    wall_s: f64,
+) -> ConfigResult {
+    let merged = crate::replay::merge(reports);
+    let net = after.net.since(before.net);
+    let requests = merged.requests;
+    let per = |x: u64| {
+        if requests == 0 {
+            0.0
+        } else {
+            x as f64 / requests as f64
+        }
+    };
+    let mut nodes = Vec::new();
+    let (mut user, mut sys, mut udp, mut sent, mut peer_http) = (0.0, 0.0, 0u64, 0u64, 0u64);
+    let (mut client_s, mut cpu_with_breakdown) = (0.0, 0.0);
+    for (i, n) in running.nodes.iter().enumerate() {
+        let cpu = after.cpu[i].since(before.cpu[i]);
+        let c = after.counters[i].since(&before.counters[i]);
+        let job = jobs.iter().position(|j| j.local == n.plan.name);
+        let own = job
+            .map(|j| reports[j].requests + reports[j].errors)
+            .unwrap_or(0);
+        let received = after.http_requests[i].saturating_sub(before.http_requests[i]);
+        // The cache manager page fetched for the second snapshot counts too (Squid).
+        let mgr = u64::from(n.plan.product == Product::Squid);
+        let from_peers = received.saturating_sub(own + mgr);
+        user += cpu.user_s;
+        sys += cpu.sys_s;
+        udp += c.udp_sent + c.udp_received;
+        sent += c.udp_sent;
+        peer_http += from_peers;
+        let total = cpu.user_s + cpu.sys_s;
+        let breakdown = n.plan.product == Product::Meshcache;
+        if breakdown {
+            // The categories are time inside polls; under contention they can exceed the
+            // CPU time the kernel charged, so the whole is whichever is larger.
+            client_s += c.client_s;
+            cpu_with_breakdown += total.max(c.client_s + c.peer_s + c.search_s);
+        }
+        let (lh, sh, ph) = job
+            .map(|j| {
+                (
+                    reports[j].local_hits,
+                    reports[j].sibling_hits,
+                    reports[j].parent_hits,
+                )
+            })
+            .unwrap_or_default();
+        nodes.push(NodeResult {
+            name: n.plan.name.clone(),
+            role: topo.nodes[i].role(topo).to_string(),
+            client_requests: own,
+            local_hits: lh,
+            sibling_hits: sh,
+            parent_hits: ph,
+            cpu_user_s: cpu.user_s,
+            cpu_sys_s: cpu.sys_s,
+            udp_sent: c.udp_sent,
+            udp_received: c.udp_received,
+            client_s: c.client_s,
+            peer_s: c.peer_s,
+            search_s: c.search_s,
+            overhead_s: if breakdown {
+                (total - c.client_s - c.peer_s - c.search_s).max(0.0)
+            } else {
+                0.0
+            },
+        });
+    }
+    ConfigResult {
+        name: p.config.name.clone(),
+        group: group_name(p),
+        baseline: p.config.baseline,
+        product: p.product.name().into(),
+        protocol: p.config.protocol.clone(),
+        topology: topo.name.clone(),
+        repetition: p.repetition,
+        seed: 0,
+        requests,
+        errors: merged.errors,
+        wall_s,
+        req_per_s: if wall_s > 0.0 {
+            requests as f64 / wall_s
+        } else {
+            0.0
+        },
+        hit_ratio: per(merged.local_hits + merged.sibling_hits + merged.parent_hits),
+        local_hit_ratio: per(merged.local_hits),
+        sibling_hit_ratio: per(merged.sibling_hits),
+        parent_hit_ratio: per(merged.parent_hits),
+        byte_hit_ratio: if merged.bytes == 0 {
+            0.0
+        } else {
+            merged.hit_bytes as f64 / merged.bytes as f64
+        },
+        inherent_hit_ratio: w.inherent_hit_ratio,
+        latency_ms: merged.latency.clone(),
+        latency_cdf: merged.cdf.clone(),
+        latency_bins: merged.bins.clone(),
+        cpu_user_s: user,
+        cpu_sys_s: sys,
+        udp_messages: udp,
+        tcp_messages: net.tcp_in + net.tcp_out,
+        udp_datagrams_netns: net.udp_in + net.udp_out,
+        intercache_messages_per_request: per(sent + 2 * peer_http),
+        efficiency: if cpu_with_breakdown > 0.0 {
+            client_s / cpu_with_breakdown
+        } else {
+            0.0
+        },
+        nodes,
+    }
+}
+
+/// A histogram's latency figures, as [`ConfigResult`] holds them.
+#[derive(Clone, Debug, Default)]
+pub struct LatencyFigures {
+    /// Mean, percentiles, truncated and tail means.
+    pub summary: LatencySummary,
+    /// (ms, cumulative share) points.
+    pub cdf: Vec<(f64, f64)>,
+    /// (bin upper edge in s, count) in 0.25 s bins; the last bin (10.25) holds everything
+    /// from 10 s up.
+    pub bins: Vec<(f64, u64)>,
+}
+
+/// The latency figures of a histogram of microseconds.
+pub fn latency_summary(h: &hdrhistogram::Histogram<u64>) -> LatencyFigures {
+    let ms = |us: u64| us as f64 / 1000.0;
+    let (mut short_sum, mut short_n, mut long_sum, mut long_n) = (0.0, 0u64, 0.0, 0u64);
+    let mut bins: BTreeMap<u64, u64> = BTreeMap::new();
+    for v in h.iter_recorded() {
+        let value = h.highest_equivalent(v.value_iterated_to());
+        let count = v.count_at_value();
+        if value < 5_000_000 {
+            short_sum += ms(value) * count as f64;
+            short_n += count;
+        } else {
+            long_sum += ms(value) * count as f64;
+            long_n += count;
+        }
+        // 0.25 s bins, the last one open (≥ 10 s).
+        let bin = (value / 250_000).min(40);
+        *bins.entry(bin).or_default() += count;
+    }
+    let total = h.len();
+    let summary = LatencySummary {
+        mean: h.mean() / 1000.0,
+        median: ms(h.value_at_quantile(0.5)),
+        p95: ms(h.value_at_quantile(0.95)),
+        p99: ms(h.value_at_quantile(0.99)),
+        truncated_mean: if short_n > 0 {
+            short_sum / short_n as f64
+        } else {
+            0.0
+        },
+        truncated_share: if total > 0 {
+            short_n as f64 / total as f64
+        } else {
+            0.0
+        },
+        tail_mean: if long_n > 0 {
+            long_sum / long_n as f64
+        } else {
+            0.0
+        },
+    };
+    let mut cdf = Vec::new();
+    if total > 0 {
+        let mut qs: Vec<f64> = (0..=100).map(|q| q as f64 / 100.0).collect();
+        qs.extend([0.995, 0.999]);
+        qs.sort_by(f64::total_cmp);
+        for q in qs {
+            cdf.push((ms(h.value_at_quantile(q)), q));
+        }
+    }
+    let bins = bins
+        .into_iter()
+        .map(|(b, c)| ((b + 1) as f64 * 0.25, c))
+        .collect();
+    LatencyFigures { summary, cdf, bins }
+}
+
+fn machine(own_netns: bool) -> Machine {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    Machine {
+        cpu,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        kernel,
+        own_netns,
+        steal_pct: 0.0,
+    }
+}
+
+fn now_rfc3339() -> String {
+    httpdate::fmt_http_date(std::time::SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_host_and_rest() {
+        assert_eq!(
+            split_url("http://www.g0.br/o/1?size=5"),
+            Some(("www.g0.br", "/o/1?size=5"))
+        );
+        assert_eq!(split_url("http://a.com:81/x"), Some(("a.com", "/x")));
+        assert_eq!(split_url("http://a.com"), Some(("a.com", "/")));
+        assert_eq!(split_url("https://a.com/"), None);
+        assert_eq!(split_url("http:///x"), None);
+    }
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slug("meshcache 25% / no ICP #2"), "meshcache-25-no-icp-2");
+        assert_eq!(slug("squid / 2.2.dom"), "squid-2.2.dom");
+    }
+
+    #[test]
+    fn latency_figures() {
+        let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
+        for _ in 0..90 {
+            h.record(1_000_000).unwrap(); // 1 s
+        }
+        for _ in 0..10 {
+            h.record(20_000_000).unwrap(); // 20 s
+        }
+        let LatencyFigures {
+            summary: s,
+            cdf,
+            bins,
+        } = latency_summary(&h);
+        assert!((s.truncated_share - 0.9).abs() < 1e-9);
+        assert!((s.truncated_mean - 1000.0).abs() < 2.0, "{s:?}");
+        assert!((s.tail_mean - 20_000.0).abs() < 20.0, "{s:?}");
+        assert!((s.median - 1000.0).abs() < 2.0);
+        assert_eq!(cdf.last().map(|p| p.1), Some(1.0));
+        assert_eq!(bins, vec![(1.25, 90), (10.25, 10)]);
+    }
+}

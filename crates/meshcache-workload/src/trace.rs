@@ -149,7 +149,8 @@ fn parse_line(line: &str) -> Result<Request, String> {
         return Err("more than four fields".into());
     }
     let num = |name: &str, v: &str| -> Result<u64, String> {
-        v.parse().map_err(|_| format!("{name} {v:?} is not a whole number"))
+        v.parse()
+            .map_err(|_| format!("{name} {v:?} is not a whole number"))
     };
     let client = u32::try_from(num("client", client)?).map_err(|_| "client is too large")?;
     if !url.starts_with("http://") {
@@ -196,10 +197,19 @@ mod tests {
             Err(TraceError::Malformed { line: 3, reason }) => assert!(reason.contains("client")),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(read(&b"0 0 1 http://a/\n"[..]), Err(TraceError::NoHeader)));
+        assert!(matches!(
+            read(&b"0 0 1 http://a/\n"[..]),
+            Err(TraceError::NoHeader)
+        ));
         let back = format!("{HEADER}\n5 0 1 http://a/\n4 0 1 http://a/\n");
-        assert!(matches!(read(back.as_bytes()), Err(TraceError::Malformed { line: 3, .. })));
+        assert!(matches!(
+            read(back.as_bytes()),
+            Err(TraceError::Malformed { line: 3, .. })
+        ));
         let bad = [req(0, 0, 1, "http://a b/")];
-        assert!(matches!(write(Vec::new(), &[], &bad), Err(TraceError::BadUrl { index: 0, .. })));
+        assert!(matches!(
+            write(Vec::new(), &[], &bad),
+            Err(TraceError::BadUrl { index: 0, .. })
+        ));
     }
 }

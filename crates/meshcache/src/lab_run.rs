@@ -1,10 +1,163 @@
-//! (being written)
+//! `meshcache lab run EXPERIMENT.toml --out DIR`: runs an experiment file
+//! (see `meshcache_lab::experiment`) and writes `results.json`,
+//! `results.md` and the graphs into DIR.
+//!
+//! Unless told otherwise (`--netns off`), the command first moves itself
+//! into a network namespace of its own (`unshare --net`, loopback up), so
+//! the UDP and TCP counters it reads count only the experiment's traffic and
+//! nothing it starts can reach beyond this machine's loopback.
 
-/// Arguments.
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Context as _};
+use meshcache_lab::experiment::{Experiment, Product};
+use meshcache_lab::run::{run_experiment, RunOptions};
+
+/// Set in the environment of the re-executed command inside its namespace.
+const IN_NETNS: &str = "MESHCACHE_LAB_NETNS";
+
+/// Network namespace handling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Netns {
+    /// Use a namespace of its own when this user may create one.
+    Auto,
+    /// Require a namespace of its own.
+    On,
+    /// Stay in the current namespace (the UDP/TCP counts then include other traffic).
+    Off,
+}
+
+/// Arguments of `lab run`.
 #[derive(clap::Args)]
-pub struct RunArgs {}
+pub struct RunArgs {
+    /// The experiment file.
+    experiment: PathBuf,
+    /// Results directory (default: target/lab/NAME).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Run only the configurations of this name (repeatable).
+    #[arg(long)]
+    only: Vec<String>,
+    /// Run only this product (repeatable): meshcache or squid.
+    #[arg(long, value_parser = parse_product)]
+    product: Vec<Product>,
+    /// Network namespace of its own.
+    #[arg(long, value_enum, default_value = "auto")]
+    netns: Netns,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+    /// Parse and check the experiment file, print the runs it would make, and stop.
+    #[arg(long)]
+    check: bool,
+}
+
+fn parse_product(s: &str) -> Result<Product, String> {
+    match s {
+        "meshcache" => Ok(Product::Meshcache),
+        "squid" => Ok(Product::Squid),
+        _ => Err(format!("unknown product {s:?} (meshcache or squid)")),
+    }
+}
 
 /// Runs the command.
-pub fn run(_args: RunArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.experiment)
+        .with_context(|| format!("cannot read {}", args.experiment.display()))?;
+    let exp = Experiment::from_toml(&text)
+        .with_context(|| format!("{} is not a valid experiment", args.experiment.display()))?;
+    if args.check {
+        println!("{}: ok", args.experiment.display());
+        for c in &exp.config {
+            println!(
+                "  {} (topology {}, protocol {})",
+                c.name, c.topology, c.protocol
+            );
+        }
+        return Ok(());
+    }
+    let in_netns = std::env::var_os(IN_NETNS).is_some();
+    if !in_netns && args.netns != Netns::Off {
+        match reexec_in_netns() {
+            Ok(code) => std::process::exit(code),
+            Err(e) if args.netns == Netns::On => return Err(e),
+            Err(e) => eprintln!("meshcache lab: no network namespace of its own ({e:#}); UDP/TCP counts include other traffic"),
+        }
+    }
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("target/lab").join(&exp.name));
+    let opts = RunOptions {
+        out: out.clone(),
+        meshcache: std::env::current_exe().context("cannot find the meshcache binary")?,
+        own_netns: in_netns,
+        only: args.only,
+        products: args.product,
+        progress: !args.quiet,
+        revision: revision(&args.experiment),
+        base: args
+            .experiment
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+    };
+    crate::init_tracing();
+    let results =
+        crate::runtime()?.block_on(run_experiment(&exp, &text, &opts, crate::shutdown_signal()))?;
+    println!(
+        "{}: {} runs in {:.0} s; results in {}",
+        exp.name,
+        results.configs.len(),
+        results.duration_s,
+        out.display()
+    );
+    if let Ok(md) = std::fs::read_to_string(out.join("results.md")) {
+        println!("\n{md}");
+    }
+    Ok(())
+}
+
+/// Runs this same command again inside a new network namespace with loopback up; returns
+/// its exit code. The child is in this process's process group, so ctrl-c reaches it.
+fn reexec_in_netns() -> anyhow::Result<i32> {
+    let exe = std::env::current_exe().context("cannot find the meshcache binary")?;
+    let probe = Command::new("unshare")
+        .args(["--net", "--", "true"])
+        .status()
+        .context("cannot run unshare")?;
+    if !probe.success() {
+        bail!("unshare --net is not permitted here");
+    }
+    let status = Command::new("unshare")
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$0\" \"$@\"",
+        ])
+        .arg(exe)
+        .args(std::env::args_os().skip(1))
+        .env(IN_NETNS, "1")
+        .status()
+        .context("cannot run unshare")?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// `git describe --always --dirty` of the experiment file's repository, or "unknown".
+fn revision(experiment: &std::path::Path) -> String {
+    let dir = experiment
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
 }
