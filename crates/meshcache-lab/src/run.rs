@@ -155,7 +155,7 @@ pub async fn run_experiment(
             let result = run_one(exp, p, &workload, &launcher, &dir, &bars)
                 .await
                 .with_context(|| format!("run {name:?}"))?;
-            bars.println(format!(
+            let line = format!(
                 "{name}: {} requests, hit ratio {:.1}%, latency mean {:.2} ms, p99 {:.2} ms, \
                  CPU {:.2}+{:.2} s, {:.3} inter-cache msgs/request",
                 result.requests,
@@ -165,7 +165,12 @@ pub async fn run_experiment(
                 result.cpu_user_s,
                 result.cpu_sys_s,
                 result.intercache_messages_per_request,
-            ))?;
+            );
+            if opts.progress {
+                bars.println(line)?;
+            } else {
+                eprintln!("{line}");
+            }
             results.configs.push(result);
             results.duration_s = started.elapsed().as_secs_f64();
             crate::report::write_all(&results, &opts.out).context("writing the report")?;
@@ -185,7 +190,10 @@ pub async fn run_experiment(
             * results.machine.cores as f64;
     }
     results.duration_s = started.elapsed().as_secs_f64();
-    crate::report::write_all(&results, &opts.out).context("writing the report")?;
+    let written = crate::report::write_all(&results, &opts.out).context("writing the report")?;
+    for w in &written.warnings {
+        eprintln!("meshcache lab: {w}");
+    }
     outcome.map(|()| results)
 }
 
