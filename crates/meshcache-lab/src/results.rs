@@ -104,7 +104,8 @@ pub struct ConfigResult {
     pub tcp_messages: u64,
     /// Inter-cache messages (queries, replies, peer HTTP requests) per client request.
     pub intercache_messages_per_request: f64,
-    /// Mean computational efficiency of the nodes: share of CPU time spent serving their clients.
+    /// Computational efficiency (the hierarchy paper's, from the requestor's perspective): of
+    /// the CPU time of the nodes that serve clients, the share spent serving them.
     pub efficiency: f64,
     /// Per node.
     pub nodes: Vec<NodeResult>,

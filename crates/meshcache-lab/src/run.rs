@@ -577,30 +577,43 @@ async fn run_one(
         })
         .collect();
 
-    // Pre-warm: one request per node so that ICP peers hear of each other.
-    if let Some(host) = w.origins.keys().next() {
+    // Pre-warm: a request per node and origin host, repeated until every node answers them
+    // all (ICP peers hear of each other; a Squid that has not yet seen its parents alive
+    // answers 502 for a moment after it starts), for 20 s at most.
+    let warm_deadline = Instant::now() + Duration::from_secs(20);
+    for attempt in 0u32.. {
         let warm: Vec<_> = jobs
             .iter()
             .map(|j| crate::replay::NodeJob {
                 target: j.target,
                 local: j.local.clone(),
                 parents: j.parents.clone(),
-                streams: vec![(0..3)
-                    .map(|k| Request {
+                streams: vec![w
+                    .origins
+                    .keys()
+                    .map(|host| Request {
                         time_ms: 0,
                         client: 0,
                         size: 16,
                         url: format!(
-                            "http://{host}:{}/lab-prewarm/{}/{k}?size=16",
+                            "http://{host}:{}/lab-prewarm/{}/{attempt}?size=16",
                             exp.origin_port, j.local
                         ),
                     })
                     .collect()],
             })
             .collect();
-        crate::replay::replay(&warm, exp, None).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let outcomes = crate::replay::replay(&warm, exp, None).await;
+        let failed: u64 = outcomes.iter().map(|o| o.errors).sum();
+        if failed == 0 {
+            break;
+        }
+        if Instant::now() > warm_deadline {
+            bail!("the nodes still fail requests after 20 s ({failed} of the last warm-up round)");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     if exp.clients.warmup_pass {
         crate::replay::replay(&jobs, exp, None).await;
     }
@@ -752,8 +765,9 @@ fn summarize(
         peer_http += from_peers;
         let total = cpu.user_s + cpu.sys_s;
         let breakdown = n.plan.product == Product::Meshcache;
-        if breakdown {
-            // The categories are time inside polls; under contention they can exceed the
+        if breakdown && topo.nodes[i].clients {
+            // Efficiency is the requestor's perspective (the hierarchy paper's HEG): the nodes
+            // that serve clients, their client time over their CPU time. The categories are time inside polls; under contention they can exceed the
             // CPU time the kernel charged, so the whole is whichever is larger.
             client_s += c.client_s;
             cpu_with_breakdown += total.max(c.client_s + c.peer_s + c.search_s);

@@ -88,6 +88,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("target/lab").join(&exp.name));
+    // Nodes get absolute paths: Squid changes its working directory.
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let out = out
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", out.display()))?;
     let opts = RunOptions {
         out: out.clone(),
         meshcache: std::env::current_exe().context("cannot find the meshcache binary")?,
