@@ -33,6 +33,11 @@
 //! the lab adds the origin's port), with `&cc=no-store` for the share
 //! `uncacheable` of objects. `time_ms` is 0 unless `rate` (requests per
 //! second over the whole stream) spaces the requests out.
+//!
+//! Also here: [`Characterized::from_characterization`] (the `characterized`
+//! model of a log's [`crate::characterize::Characterization`], scaled to a
+//! number of requests), [`replay`] (a log's records as a trace) and
+//! [`Summary`] (what any stream holds, with the suggested cache size).
 
 use rand::{RngExt, SeedableRng};
 use rand_distr::{Distribution, Pareto, Zipf};
@@ -465,11 +470,22 @@ pub struct Summary {
     pub unique_bytes: u64,
     /// Share of requests for a URL requested before (by anyone).
     pub inherent_hit_ratio: f64,
+    /// Suggested cache size per node: `cache_share` of the unique bytes (the hierarchy
+    /// paper sizes each cache at 10% of the unique bytes).
+    pub suggested_cache_bytes: u64,
 }
 
+/// The hierarchy paper's cache size: 10% of the unique bytes.
+pub const DEFAULT_CACHE_SHARE: f64 = 0.1;
+
 impl Summary {
-    /// Summarizes `requests`.
+    /// Summarizes `requests`, suggesting caches of [`DEFAULT_CACHE_SHARE`] of the unique bytes.
     pub fn of(requests: &[Request]) -> Summary {
+        Summary::with_cache_share(requests, DEFAULT_CACHE_SHARE)
+    }
+
+    /// Summarizes `requests`, suggesting caches of `cache_share` of the unique bytes.
+    pub fn with_cache_share(requests: &[Request], cache_share: f64) -> Summary {
         let mut seen = std::collections::HashSet::new();
         let mut clients = std::collections::HashSet::new();
         let mut s = Summary::default();
@@ -488,6 +504,7 @@ impl Summary {
         if s.requests > 0 {
             s.inherent_hit_ratio = rerefs as f64 / s.requests as f64;
         }
+        s.suggested_cache_bytes = (s.unique_bytes as f64 * cache_share.clamp(0.0, 1.0)) as u64;
         s
     }
 
@@ -495,6 +512,148 @@ impl Summary {
     /// (the paper: 10%) split over `nodes`.
     pub fn cache_size_per_node(&self, share: f64, nodes: u32) -> u64 {
         (self.unique_bytes as f64 * share / f64::from(nodes.max(1))) as u64
+    }
+}
+
+/// What [`replay`] skipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayStats {
+    /// Records turned into requests.
+    pub kept: u64,
+    /// Records skipped because their method is not `GET`.
+    pub not_get: u64,
+    /// Records skipped because their URL has no `http://` host.
+    pub bad_url: u64,
+}
+
+/// Turns log records into a trace: time from the log (milliseconds after the
+/// first record, never going back), client = index of the distinct client
+/// address in order of appearance, size = the bytes logged for the URL's
+/// first `GET` (so every object keeps one size), URL =
+/// `http://HOST/PATH?size=N` where `PATH` is the original path and query
+/// with everything but `A-Z a-z 0-9 - . _ ~ /` percent-encoded (distinct
+/// URLs stay distinct, the same URL stays the same). Non-`GET` records and
+/// URLs without an `http://` host are skipped and counted.
+pub fn replay<I>(records: I) -> (Vec<Request>, ReplayStats)
+where
+    I: IntoIterator<Item = crate::log::LogRecord>,
+{
+    let mut stats = ReplayStats::default();
+    let mut clients: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut urls: std::collections::HashMap<String, (String, u64)> =
+        std::collections::HashMap::new();
+    let mut out = Vec::new();
+    let mut first: Option<u64> = None;
+    let mut last = 0u64;
+    for r in records {
+        if r.method != "GET" {
+            stats.not_get += 1;
+            continue;
+        }
+        let Some(rest) = r
+            .url
+            .get(..7)
+            .filter(|p| p.eq_ignore_ascii_case("http://"))
+            .map(|_| &r.url[7..])
+        else {
+            stats.bad_url += 1;
+            continue;
+        };
+        let split = rest.find(['/', '?']).unwrap_or(rest.len());
+        let host = &rest[..split];
+        let host_ok = !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'));
+        if !host_ok {
+            stats.bad_url += 1;
+            continue;
+        }
+        let (url, size) = urls
+            .entry(r.url.clone())
+            .or_insert_with(|| {
+                let mut path = String::new();
+                for b in rest[split..].bytes() {
+                    if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+                        path.push(char::from(b));
+                    } else {
+                        path.push_str(&format!("%{b:02X}"));
+                    }
+                }
+                if !path.starts_with('/') {
+                    path.insert(0, '/');
+                }
+                let host = host.to_ascii_lowercase();
+                (format!("http://{host}{path}?size={}", r.bytes), r.bytes)
+            })
+            .clone();
+        let next = clients.len() as u32;
+        let client = *clients.entry(r.client).or_insert(next);
+        let t0 = *first.get_or_insert(r.time_ms);
+        last = last.max(r.time_ms.saturating_sub(t0));
+        out.push(Request {
+            time_ms: last,
+            client,
+            size,
+            url,
+        });
+        stats.kept += 1;
+    }
+    (out, stats)
+}
+
+impl Characterized {
+    /// The `characterized` model of a log's characterization, scaled to
+    /// `requests` requests over `clients` clients. Every group with requests
+    /// becomes a [`DomainGroup`] with host `www.gI.TLD` (`TLD` from its first
+    /// suffix, `other` for `rest`). Scaling rule: the hot set sizes are
+    /// multiplied by `requests / log requests` (`scale`), so each hot object
+    /// keeps its expected number of references and the hot ratio, the domain
+    /// ratios and the popularity slope are kept.
+    pub fn from_characterization(
+        ch: &crate::characterize::Characterization,
+        requests: u32,
+        clients: u32,
+    ) -> Characterized {
+        let scale = if ch.overall.requests == 0 {
+            1.0
+        } else {
+            (f64::from(requests) / ch.overall.requests as f64).min(1000.0)
+        };
+        let group = ch
+            .groups
+            .iter()
+            .filter(|g| g.requests > 0)
+            .enumerate()
+            .map(|(i, g)| {
+                let tld: String = g
+                    .suffixes
+                    .first()
+                    .map(|s| s.rsplit('.').next().unwrap_or("").to_ascii_lowercase())
+                    .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric()))
+                    .unwrap_or_else(|| "other".into());
+                DomainGroup {
+                    host: format!("www.g{i}.{tld}"),
+                    domain_ratio: g.domain_ratio,
+                    hot_ratio: g.hot_ratio,
+                    hot_set_size: u32::try_from(g.hot_set_size.max(1)).unwrap_or(u32::MAX),
+                    hot_set_popularity: g.hot_set_popularity.clamp(0.0, 10.0),
+                }
+            })
+            .collect();
+        let sizes = &ch.overall.sizes;
+        let mut c = Characterized {
+            requests,
+            clients,
+            scale: if scale > 0.0 { scale } else { 1.0 },
+            group,
+            ..Characterized::default()
+        };
+        if sizes.pareto_alpha > 0.0 && sizes.pareto_k > 0 && sizes.pareto_k <= c.max_size {
+            c.pareto_alpha = sizes.pareto_alpha;
+            c.pareto_k = sizes.pareto_k;
+        }
+        c
     }
 }
 
@@ -642,5 +801,125 @@ hot_set_popularity = 0.8
         assert!(e.to_string().contains("zipf"), "{e}");
         let spec = WorkloadSpec::Characterized(Characterized::default());
         assert_eq!(spec.validate().unwrap_err().field, "group");
+    }
+
+    #[test]
+    fn characterizing_model_b_recovers_its_ratios() {
+        let groups = [
+            (".br", 0.3, 0.68, 230),
+            (".com", 0.5, 0.36, 435),
+            ("", 0.2, 0.2, 100),
+        ];
+        let spec = Characterized {
+            requests: 60_000,
+            clients: 20,
+            group: groups
+                .iter()
+                .enumerate()
+                .map(|(i, &(tld, d, h, n))| DomainGroup {
+                    host: format!("www.g{i}{}", if tld.is_empty() { ".org" } else { tld }),
+                    domain_ratio: d,
+                    hot_ratio: h,
+                    hot_set_size: n,
+                    hot_set_popularity: 0.8,
+                })
+                .collect(),
+            ..Characterized::default()
+        };
+        let reqs = generate(&WorkloadSpec::Characterized(spec.clone()), 4).unwrap();
+        let records = reqs.iter().map(|r| crate::log::LogRecord {
+            time_ms: r.time_ms,
+            elapsed_ms: 0,
+            client: r.client.to_string(),
+            code: "TCP_MISS".into(),
+            status: 200,
+            bytes: r.size,
+            method: "GET".into(),
+            url: r.url.clone(),
+            hierarchy: "-".into(),
+            peer: "-".into(),
+            content_type: "-".into(),
+        });
+        let sfx = vec![vec![".br".to_string()], vec![".com".to_string()]];
+        let ch = crate::characterize::characterize(records, &sfx, &Default::default());
+        for (g, &(_, d, h, n)) in ch.groups.iter().zip(&groups) {
+            assert!((g.domain_ratio - d).abs() < 0.02, "{g:?}");
+            assert!((g.hot_ratio - h).abs() < 0.03, "{g:?}");
+            assert!(g.hot_set_size <= u64::from(n) && g.hot_set_size * 10 >= u64::from(n) * 9);
+        }
+        // And back: a spec from the characterization, scaled down by 10.
+        let back = Characterized::from_characterization(&ch, 6000, 5);
+        assert!((back.scale - 0.1).abs() < 1e-9);
+        assert_eq!(back.group.len(), 3);
+        assert_eq!(back.group[0].host, "www.g0.br");
+        assert_eq!(back.group[2].host, "www.g2.other");
+        assert!((back.group[1].hot_ratio - 0.36).abs() < 0.03);
+        let small = generate(&WorkloadSpec::Characterized(back), 1).unwrap();
+        assert_eq!(small.len(), 6000);
+    }
+
+    #[test]
+    fn replay_rewrites_and_skips() {
+        let log = "\
+1700000000.000 1 10.0.0.1 TCP_MISS/200 100 GET http://A.br/x?q=1&r - DIRECT/x text/html
+1700000000.500 1 10.0.0.2 TCP_MISS/200 50 POST http://a.br/form - DIRECT/x text/html
+1700000000.400 1 10.0.0.2 TCP_HIT/200 70 GET http://A.br/x?q=1&r - NONE/- text/html
+1700000000.300 1 10.0.0.1 TCP_MISS/200 9 GET http://a.br/y%20z - DIRECT/x text/html
+1700000002.000 1 10.0.0.3 TCP_DENIED/403 0 CONNECT a.br:443 - NONE/- -
+1700000003.000 1 10.0.0.3 NONE/400 0 GET /relative - NONE/- -
+";
+        let (reqs, st) = replay(crate::log::LogReader::new(log.as_bytes()));
+        assert_eq!(
+            st,
+            ReplayStats {
+                kept: 3,
+                not_get: 2,
+                bad_url: 1
+            }
+        );
+        assert_eq!(reqs[0].url, "http://a.br/x%3Fq%3D1%26r?size=100");
+        assert_eq!(
+            (reqs[1].url.as_str(), reqs[1].size),
+            (reqs[0].url.as_str(), 100)
+        );
+        assert_eq!(reqs[2].url, "http://a.br/y%2520z?size=9");
+        assert_eq!(
+            reqs.iter()
+                .map(|r| (r.time_ms, r.client))
+                .collect::<Vec<_>>(),
+            [(0, 0), (400, 1), (400, 0)]
+        );
+        let mut buf = Vec::new();
+        crate::trace::write(&mut buf, &[], &reqs).unwrap();
+        assert_eq!(crate::trace::read(&buf[..]).unwrap().1, reqs);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        #[test]
+        fn deterministic_and_consistent(
+            clients in 1u32..8, per in 0u32..60, h in 0.0f64..1.0, groups in 1u32..4,
+            disjoint in proptest::bool::ANY, seed in 0u64..1000,
+        ) {
+            let spec = WorkloadSpec::Benchmark(Benchmark {
+                clients, requests_per_client: per, inherent_hit_ratio: h,
+                groups: groups.min(clients), disjoint, uncacheable: 0.1, rate: 100.0,
+                ..Benchmark::default()
+            });
+            let a = generate(&spec, seed).unwrap();
+            let mut ta = Vec::new();
+            crate::trace::write(&mut ta, &[], &a).unwrap();
+            let mut tb = Vec::new();
+            crate::trace::write(&mut tb, &[], &generate(&spec, seed).unwrap()).unwrap();
+            proptest::prop_assert_eq!(&ta, &tb);
+            let s = Summary::of(&a);
+            proptest::prop_assert_eq!(s.requests, u64::from(clients * per));
+            proptest::prop_assert!(s.unique_objects <= s.requests);
+            proptest::prop_assert!(s.clients <= u64::from(clients));
+            let expect = if s.requests == 0 { 0.0 } else { 1.0 - s.unique_objects as f64 / s.requests as f64 };
+            proptest::prop_assert!((s.inherent_hit_ratio - expect).abs() < 1e-9);
+            proptest::prop_assert!(s.suggested_cache_bytes <= s.unique_bytes / 10 + 1);
+            proptest::prop_assert!(a.windows(2).all(|w| w[0].time_ms <= w[1].time_ms));
+        }
     }
 }

@@ -146,7 +146,7 @@ fn reexec_in_netns() -> anyhow::Result<i32> {
         .args(std::env::args_os().skip(1))
         .env(IN_NETNS, "1")
         .status()
-        .context("cannot run unshare")?;
+        .context("cannot run setpriv and unshare")?;
     Ok(status.code().unwrap_or(1))
 }
 

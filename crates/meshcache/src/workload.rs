@@ -92,8 +92,8 @@ pub fn run(command: WorkloadCommand) -> anyhow::Result<()> {
                 })
                 .collect();
             let mut reader = LogReader::new(BufReader::new(file));
-            let records: Vec<_> = reader.by_ref().collect();
-            let ch = characterize(records, &groups, reader.bad_lines());
+            let mut ch = characterize(reader.by_ref(), &groups, &Default::default());
+            ch.bad_lines = reader.bad_lines().clone();
             if json {
                 println!("{}", serde_json::to_string_pretty(&ch)?);
             } else {
@@ -243,10 +243,16 @@ fn print_table(ch: &Characterization, lines: u64) {
     }
     println!();
     let rows: Vec<&GroupStats> = ch.groups.iter().chain([&ch.overall]).collect();
+    let width = rows
+        .iter()
+        .map(|g| g.name.len() + 2)
+        .max()
+        .unwrap_or(0)
+        .max(14);
     let line = |label: &str, f: &dyn Fn(&GroupStats) -> String| {
         print!("{label:<26}");
         for g in &rows {
-            print!("{:>14}", f(g));
+            print!("{:>width$}", f(g));
         }
         println!();
     };
