@@ -108,8 +108,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .unwrap_or_default(),
     };
     crate::init_tracing();
-    let results =
-        crate::runtime()?.block_on(run_experiment(&exp, &text, &opts, crate::shutdown_signal()))?;
+    let results = crate::runtime()?.block_on(async {
+        // Stop on SIGINT/SIGTERM, and (inside our namespace) when the command that re-executed
+        // us is gone, however it died: an experiment never outlives the command that started it.
+        let parent = parent_pid();
+        let orphaned = async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                if in_netns && parent_pid() != parent {
+                    break;
+                }
+            }
+        };
+        let interrupt = async {
+            tokio::select! {
+                () = crate::shutdown_signal() => {}
+                () = orphaned => eprintln!("meshcache lab: the launching command is gone; stopping"),
+            }
+        };
+        run_experiment(&exp, &text, &opts, interrupt).await
+    })?;
     println!(
         "{}: {} runs in {:.0} s; results in {}",
         exp.name,
@@ -121,6 +139,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         println!("\n{md}");
     }
     Ok(())
+}
+
+/// This process's parent (field 4 of `/proc/self/stat`), or 0 when unknown.
+fn parent_pid() -> u32 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace().nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
 }
 
 /// Runs this same command again inside a new network namespace with loopback up; returns
@@ -146,7 +175,7 @@ fn reexec_in_netns() -> anyhow::Result<i32> {
         .args(std::env::args_os().skip(1))
         .env(IN_NETNS, "1")
         .status()
-        .context("cannot run setpriv and unshare")?;
+        .context("cannot run unshare")?;
     Ok(status.code().unwrap_or(1))
 }
 

@@ -273,3 +273,85 @@ query_lone_parent = true
     assert_eq!(quiet["udp_messages"], 0, "a lone parent is not polled");
     assert!(polls["udp_messages"].as_u64().expect("udp") > 0);
 }
+
+/// Processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+/// Stopping `lab run` midway (SIGTERM to the command) leaves no node behind, and the report
+/// holds what finished.
+#[test]
+fn an_interrupted_run_leaves_nothing_behind() {
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("exp.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "long"
+[workload]
+model = "benchmark"
+clients = 4
+requests_per_client = 500
+groups = 2
+[origins]
+delay = "100ms"
+[[config]]
+name = "long"
+topology = "2.0"
+protocol = "icp"
+"#,
+    )
+    .expect("write");
+    let out_dir = dir.path().join("out");
+    let mut child = Command::new(bin())
+        .args(["lab", "run"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out_dir)
+        .arg("--quiet")
+        .spawn()
+        .expect("lab run starts");
+    // Wait until the nodes run.
+    let conf = out_dir.join("runs/00-meshcache-long/n1/meshcache.toml");
+    let started = std::time::Instant::now();
+    while !conf.exists() && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(conf.exists(), "the nodes never started");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let needle = dir.path().to_string_lossy().to_string();
+    assert!(
+        processes_mentioning(&needle).len() >= 2,
+        "nodes should be running: {:?}",
+        processes_mentioning(&needle)
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let _ = child.wait();
+    // The command's own namespace copy stops its nodes; give it a few seconds.
+    let mut left = processes_mentioning(&needle);
+    let t = std::time::Instant::now();
+    while !left.is_empty() && t.elapsed() < std::time::Duration::from_secs(15) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = processes_mentioning(&needle);
+    }
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
