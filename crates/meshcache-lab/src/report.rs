@@ -349,6 +349,7 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
         cpu_sys_s: med(&|c| c.cpu_sys_s),
         udp_messages: med_u(&|c| c.udp_messages),
         udp_datagrams_netns: med_u(&|c| c.udp_datagrams_netns),
+        origin_requests: med_u(&|c| c.origin_requests),
         tcp_messages: med_u(&|c| c.tcp_messages),
         intercache_messages_per_request: med(&|c| c.intercache_messages_per_request),
         efficiency: med(&|c| c.efficiency),

@@ -82,6 +82,10 @@ pub struct ConfigResult {
     pub parent_hit_ratio: f64,
     /// Share of body bytes answered from a cache of the mesh.
     pub byte_hit_ratio: f64,
+    /// Requests the origins received during the measured pass (every miss of the mesh, and
+    /// nothing else: a check on the hit ratios).
+    #[serde(default)]
+    pub origin_requests: u64,
     /// The workload's inherent hit ratio (the share of requests that re-reference a URL).
     pub inherent_hit_ratio: f64,
     /// Client-side latency.

@@ -363,7 +363,7 @@ fn oriented(l: &crate::experiment::Link, a_is_from: bool) -> LinkConfig {
 struct Running {
     nodes: Vec<NodeProcess>,
     _links: Vec<Link>,
-    _origins: Vec<crate::origin::Origin>,
+    origins: Vec<crate::origin::Origin>,
 }
 
 impl Drop for Running {
@@ -518,7 +518,7 @@ async fn run_one(
     let mut running = Running {
         nodes: Vec::new(),
         _links: links,
-        _origins: origins,
+        origins,
     };
     for (i, tn) in topo.nodes.iter().enumerate() {
         let peers = tn
@@ -632,6 +632,7 @@ async fn run_one(
     bar.set_prefix(p.config.name.clone());
     let ticks = measure::clock_ticks();
     let before = snapshot(&running, ticks)?;
+    let origin_before: u64 = running.origins.iter().map(|o| o.total()).sum();
     let wall = Instant::now();
     let reports = crate::replay::replay(&jobs, exp, Some(&bar)).await;
     let wall_s = wall.elapsed().as_secs_f64();
@@ -639,9 +640,12 @@ async fn run_one(
     bar.finish_and_clear();
     bars.remove(&bar);
 
-    let result = summarize(
+    let origin_after: u64 = running.origins.iter().map(|o| o.total()).sum();
+    let mut result = summarize(
         p, &topo, &running, &jobs, &reports, &before, &after, w, wall_s,
     );
+    result.seed = exp.seed;
+    result.origin_requests = origin_after - origin_before;
     drop(running);
     Ok(result)
 }
@@ -829,6 +833,7 @@ fn summarize(
             merged.hit_bytes as f64 / merged.bytes as f64
         },
         inherent_hit_ratio: w.inherent_hit_ratio,
+        origin_requests: 0,
         latency_ms: merged.latency.clone(),
         latency_cdf: merged.cdf.clone(),
         latency_bins: merged.bins.clone(),

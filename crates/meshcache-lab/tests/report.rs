@@ -76,6 +76,7 @@ fn config(
         cpu_sys_s: sys,
         udp_messages: udp,
         udp_datagrams_netns: 0,
+        origin_requests: 0,
         tcp_messages: tcp,
         intercache_messages_per_request: udp as f64 / 24_000.0,
         efficiency: 0.6,
