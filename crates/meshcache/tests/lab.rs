@@ -183,6 +183,9 @@ protocol = "icp"
                 .map(|n| n["client_requests"].as_u64().expect("count"))
                 .sum();
             assert_eq!((nodes.len(), served), (2, 120), "{g}: {c:#}");
+            // Every miss, and nothing else, reached an origin.
+            let misses = (120.0 * (1.0 - hit)).round() as u64;
+            assert_eq!(c["origin_requests"], misses, "{g}: {c:#}");
         }
         assert_eq!(none["udp_messages"], 0, "{g}: no cooperation, no datagrams");
         // A miss asks the one sibling: a query and a reply, each counted where it is sent and
