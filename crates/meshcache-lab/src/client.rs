@@ -291,14 +291,7 @@ pub async fn run(job: &Job, progress: Option<Arc<AtomicU64>>) -> Report {
             });
         }
     }
-    let mut total = Report::new();
-    while let Some(r) = tasks.join_next().await {
-        if let Ok(r) = r {
-            total.merge(&r);
-        }
-    }
-    total.wall = started.elapsed();
-    total
+    sum_of(tasks, started).await
 }
 
 /// Throughput mode, like wrk: `connections` connections request `urls` round robin for
@@ -334,6 +327,11 @@ pub async fn hammer(
             report
         });
     }
+    sum_of(tasks, started).await
+}
+
+/// Merges the connections' reports; the wall time runs from `started` to the last one.
+async fn sum_of(mut tasks: tokio::task::JoinSet<Report>, started: Instant) -> Report {
     let mut total = Report::new();
     while let Some(r) = tasks.join_next().await {
         if let Ok(r) = r {

@@ -14,7 +14,6 @@ use meshcache_workload::Request;
 use crate::client::{self, Classifier, Outcome, Target};
 
 use crate::experiment::Experiment;
-use crate::results::LatencySummary;
 
 /// The requests one node's clients replay.
 #[derive(Clone, Debug)]
@@ -48,31 +47,6 @@ pub struct JobOutcome {
     pub hit_bytes: u64,
     /// Latency in microseconds.
     pub latency: Histogram<u64>,
-}
-
-/// All jobs' figures together.
-#[derive(Clone, Debug)]
-pub struct Merged {
-    /// Completed requests.
-    pub requests: u64,
-    /// Failed requests.
-    pub errors: u64,
-    /// See [`JobOutcome`].
-    pub local_hits: u64,
-    /// See [`JobOutcome`].
-    pub sibling_hits: u64,
-    /// See [`JobOutcome`].
-    pub parent_hits: u64,
-    /// See [`JobOutcome`].
-    pub bytes: u64,
-    /// See [`JobOutcome`].
-    pub hit_bytes: u64,
-    /// Latency figures.
-    pub latency: LatencySummary,
-    /// Latency CDF points.
-    pub cdf: Vec<(f64, f64)>,
-    /// 0.25 s latency bins.
-    pub bins: Vec<(f64, u64)>,
 }
 
 /// Turns an experiment's `[workload]` table into requests: a generator spec of
@@ -186,10 +160,9 @@ async fn futures_join_all<F: std::future::Future>(
     out.into_iter().flatten().collect()
 }
 
-/// Sums the jobs' figures.
-pub fn merge(outcomes: &[JobOutcome]) -> Merged {
-    let mut h = client::histogram();
-    let mut m = Merged {
+/// Sums the jobs' figures (histograms merged).
+pub fn merge(outcomes: &[JobOutcome]) -> JobOutcome {
+    let mut m = JobOutcome {
         requests: 0,
         errors: 0,
         local_hits: 0,
@@ -197,9 +170,7 @@ pub fn merge(outcomes: &[JobOutcome]) -> Merged {
         parent_hits: 0,
         bytes: 0,
         hit_bytes: 0,
-        latency: LatencySummary::default(),
-        cdf: Vec::new(),
-        bins: Vec::new(),
+        latency: client::histogram(),
     };
     for o in outcomes {
         m.requests += o.requests;
@@ -209,11 +180,7 @@ pub fn merge(outcomes: &[JobOutcome]) -> Merged {
         m.parent_hits += o.parent_hits;
         m.bytes += o.bytes;
         m.hit_bytes += o.hit_bytes;
-        let _ = h.add(&o.latency);
+        let _ = m.latency.add(&o.latency);
     }
-    let figures = crate::run::latency_summary(&h);
-    m.latency = figures.summary;
-    m.cdf = figures.cdf;
-    m.bins = figures.bins;
     m
 }

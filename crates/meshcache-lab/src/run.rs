@@ -740,6 +740,7 @@ fn summarize(
 ) -> ConfigResult {
     let merged = crate::replay::merge(reports);
     let net = after.net.since(before.net);
+    let latency = latency_summary(&merged.latency);
     let requests = merged.requests;
     let per = |x: u64| {
         if requests == 0 {
@@ -834,9 +835,9 @@ fn summarize(
         },
         inherent_hit_ratio: w.inherent_hit_ratio,
         origin_requests: 0,
-        latency_ms: merged.latency.clone(),
-        latency_cdf: merged.cdf.clone(),
-        latency_bins: merged.bins.clone(),
+        latency_ms: latency.summary,
+        latency_cdf: latency.cdf,
+        latency_bins: latency.bins,
         cpu_user_s: user,
         cpu_sys_s: sys,
         udp_messages: udp,

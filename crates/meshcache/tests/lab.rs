@@ -35,6 +35,23 @@ fn results(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&text).expect("results.json is JSON")
 }
 
+/// Runs an experiment that must succeed; returns its results.
+fn run_ok(file: &Path, out_dir: &Path) -> serde_json::Value {
+    let out = lab(&[
+        "run",
+        file.to_str().expect("path"),
+        "--out",
+        out_dir.to_str().expect("path"),
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    results(out_dir)
+}
+
 fn config<'a>(r: &'a serde_json::Value, group: &str, name: &str) -> &'a serde_json::Value {
     r["configs"]
         .as_array()
@@ -146,19 +163,7 @@ protocol = "icp"
     )
     .expect("write");
     let out_dir = dir.path().join("out");
-    let out = lab(&[
-        "run",
-        file.to_str().expect("path"),
-        "--out",
-        out_dir.to_str().expect("path"),
-        "--quiet",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = results(&out_dir);
+    let r = run_ok(&file, &out_dir);
     let mut groups = vec!["meshcache"];
     if squid {
         groups.push("squid");
@@ -262,19 +267,7 @@ query_lone_parent = true
     )
     .expect("write");
     let out_dir = dir.path().join("out");
-    let out = lab(&[
-        "run",
-        file.to_str().expect("path"),
-        "--out",
-        out_dir.to_str().expect("path"),
-        "--quiet",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = results(&out_dir);
+    let r = run_ok(&file, &out_dir);
     let quiet = config(&r, "meshcache", "quiet");
     let polls = config(&r, "meshcache", "polls");
     for c in [quiet, polls] {
