@@ -626,7 +626,7 @@ async fn run_one(
         .sum();
     let bar = bars.add(ProgressBar::new(total));
     bar.set_style(
-        ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} requests {per_sec}")
+        ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} requests, {eta} left")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_prefix(p.config.name.clone());
