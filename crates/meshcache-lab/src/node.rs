@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -437,11 +437,6 @@ fn user_exists(name: &str) -> bool {
     fs::read_to_string("/etc/passwd")
         .map(|p| p.lines().any(|l| l.split(':').next() == Some(name)))
         .unwrap_or(false)
-}
-
-/// The directory of node `name` under a run directory.
-pub fn node_dir(run_dir: &Path, name: &str) -> PathBuf {
-    run_dir.join(name)
 }
 
 #[cfg(test)]
