@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use meshcache_proxy::{Config, Listeners, Proxy, DEFAULT_CONFIG};
 
+mod digest;
 mod lab_link;
 mod lab_load;
 mod lab_run;
@@ -42,6 +43,11 @@ enum Command {
     Lab {
         #[command(subcommand)]
         command: LabCommand,
+    },
+    /// Cache Digests (Squid's summaries of cache contents).
+    Digest {
+        #[command(subcommand)]
+        command: digest::DigestCommand,
     },
     /// Workloads: characterize an access log, generate a synthetic request stream.
     Workload {
@@ -159,6 +165,7 @@ fn main() -> ExitCode {
             command: LabCommand::Run(args),
         } => lab_run::run(args),
         Command::Workload { command } => workload::run(command),
+        Command::Digest { command } => digest::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
