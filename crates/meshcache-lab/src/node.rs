@@ -449,7 +449,7 @@ mod tests {
             name: "c0".into(),
             product,
             ip: node_ip(0),
-            dir: PathBuf::from("/var/tmp/lab/c0"),
+            dir: PathBuf::from("runs/00-test/c0"),
             memory: 8 << 20,
             max_object_size: 1 << 20,
             icp,
