@@ -399,7 +399,11 @@ impl Conn {
                     }
                     return;
                 }
-                Ok(Err(Failure::Protocol { retry: true })) if attempt == 1 => continue,
+                Ok(Err(Failure::Protocol { retry: true })) if attempt == 1 => {
+                    // The server closed the idle connection: send again on a fresh one.
+                    self.stream = None;
+                    continue;
+                }
                 Ok(Err(Failure::Connect)) => report.errors.connect += 1,
                 Ok(Err(Failure::Protocol { .. })) => report.errors.protocol += 1,
                 Err(_) => report.errors.timeout += 1,

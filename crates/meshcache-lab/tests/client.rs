@@ -203,3 +203,54 @@ async fn hammer_mode_counts_what_it_did() {
     assert_eq!(r.bytes, 64 * r.requests);
     assert_eq!(origin.total(), r.requests);
 }
+
+#[tokio::test]
+async fn a_silently_closed_idle_connection_is_reopened_and_order_is_kept() {
+    // Answers keep-alive style, then closes without saying so: the next request on that
+    // connection finds it closed before any answer, and is sent again on a fresh one.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&got)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                log.lock().expect("log").push(line);
+                let _ = c
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .await;
+                // Give the client time to put the connection back in use, then drop it.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            });
+        }
+    });
+    let stream: Vec<Request> = (0..5)
+        .map(|i| req(0, format!("http://{addr}/r{i}")))
+        .collect();
+    let r = client::run(&job(Target::Proxy(addr), vec![stream]), None).await;
+    assert_eq!((r.requests, r.errors.total()), (5, 0), "{:?}", r.errors);
+    let seen = seen.lock().expect("log").clone();
+    let expected: Vec<String> = (0..5)
+        .map(|i| format!("GET http://{addr}/r{i} HTTP/1.1"))
+        .collect();
+    assert_eq!(
+        seen, expected,
+        "one outstanding request: the stream's order"
+    );
+}
