@@ -299,8 +299,7 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
-/// Stopping `lab run` midway (SIGTERM to the command) leaves no node behind, and the report
-/// holds what finished.
+/// Stopping `lab run` midway (SIGTERM to the command) leaves no node behind.
 #[test]
 fn an_interrupted_run_leaves_nothing_behind() {
     let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
