@@ -174,6 +174,20 @@ impl Proxy {
         let permits = Arc::new(Semaphore::new(max));
         let acl: Arc<[IpNet]> = shared.config.http.allow.clone().into();
         let mut tasks = Vec::new();
+        // ICP first: a request accepted before the socket is attached would route as if the
+        // peers had been asked while no query was sent.
+        if let Some(socket) = listeners.icp {
+            let socket = Arc::new(socket);
+            if let Ok(addr) = socket.local_addr() {
+                tracing::info!(%addr, peers = shared.config.peers.len(), "ICP listening");
+            }
+            shared.coop.attach(socket.clone());
+            tasks.push(tokio::spawn(crate::coop::run_icp(
+                shared.clone(),
+                socket,
+                stop_rx.clone(),
+            )));
+        }
         for listener in listeners.http {
             if let Ok(addr) = listener.local_addr() {
                 tracing::info!(%addr, name = %shared.config.name, "proxy listening");
@@ -193,18 +207,6 @@ impl Proxy {
             tasks.push(tokio::spawn(admin_loop(
                 shared.clone(),
                 listener,
-                stop_rx.clone(),
-            )));
-        }
-        if let Some(socket) = listeners.icp {
-            let socket = Arc::new(socket);
-            if let Ok(addr) = socket.local_addr() {
-                tracing::info!(%addr, peers = shared.config.peers.len(), "ICP listening");
-            }
-            shared.coop.attach(socket.clone());
-            tasks.push(tokio::spawn(crate::coop::run_icp(
-                shared.clone(),
-                socket,
                 stop_rx.clone(),
             )));
         }
