@@ -11,6 +11,10 @@ pub enum HierCode {
     SiblingHit,
     /// A parent answered HIT.
     ParentHit,
+    /// A sibling's cache digest (summary) said it holds the object.
+    CdSiblingHit,
+    /// A parent's cache digest (summary) said it holds the object.
+    CdParentHit,
     /// The parent whose MISS came first (weighted).
     FirstParentMiss,
     /// The parent reporting the smallest RTT to the origin.
@@ -33,6 +37,8 @@ impl HierCode {
             HierCode::Direct => "HIER_DIRECT",
             HierCode::SiblingHit => "SIBLING_HIT",
             HierCode::ParentHit => "PARENT_HIT",
+            HierCode::CdSiblingHit => "CD_SIBLING_HIT",
+            HierCode::CdParentHit => "CD_PARENT_HIT",
             HierCode::FirstParentMiss => "FIRST_PARENT_MISS",
             HierCode::ClosestParentMiss => "CLOSEST_PARENT_MISS",
             HierCode::SingleParent => "SINGLE_PARENT",

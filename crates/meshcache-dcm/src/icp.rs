@@ -207,12 +207,29 @@ impl IcpMesh {
     /// false for requests that must not consult siblings (not GET, `no-cache`, credentials):
     /// those go to parents or the origin without ICP.
     pub fn begin(&mut self, now: Instant, url: &str, host: &str, hierarchical: bool) -> Search {
+        self.begin_guided(now, url, host, hierarchical, |_| true)
+    }
+
+    /// As [`IcpMesh::begin`], querying only the peers `candidate` accepts: Summary Cache's
+    /// search, where a peer is asked only when its summary says it may hold the object. With
+    /// no sibling and at most one parent left, nothing is sent.
+    pub fn begin_guided(
+        &mut self,
+        now: Instant,
+        url: &str,
+        host: &str,
+        hierarchical: bool,
+        candidate: impl Fn(PeerId) -> bool,
+    ) -> Search {
         let siblings: Vec<PeerId> = self
             .peers
             .iter()
             .enumerate()
-            .filter(|(_, p)| {
-                p.spec.role == Role::Sibling && p.spec.queried() && p.spec.serves(host)
+            .filter(|(i, p)| {
+                p.spec.role == Role::Sibling
+                    && p.spec.queried()
+                    && p.spec.serves(host)
+                    && candidate(PeerId(*i))
             })
             .map(|(i, _)| PeerId(i))
             .collect();
@@ -220,7 +237,7 @@ impl IcpMesh {
         let queried_parents: Vec<PeerId> = parents
             .iter()
             .copied()
-            .filter(|id| self.peers[id.0].spec.queried())
+            .filter(|id| self.peers[id.0].spec.queried() && candidate(*id))
             .collect();
         let lone_parent = self.config.query_lone_parent && queried_parents.len() == 1;
         let worth_asking =
@@ -384,6 +401,45 @@ impl IcpMesh {
             }
         }
         self.decide(now, reqnum, true)
+    }
+
+    /// The route of a miss when summaries were consulted instead of queries (Squid's Cache
+    /// Digest search): the peers in `hits` whose summary says they hold the object go first
+    /// (`CD_SIBLING_HIT` / `CD_PARENT_HIT`; siblings only for hierarchical requests, only peers
+    /// whose HTTP side is up and who serve the host), then the usual parent order and the
+    /// origin. A false hit costs one hop: the sibling answers 504 to `only-if-cached` and the
+    /// next hop is tried.
+    pub fn digest_route(
+        &mut self,
+        now: Instant,
+        host: &str,
+        hierarchical: bool,
+        hits: &[PeerId],
+    ) -> Route {
+        let usable: Vec<Hop> = hits
+            .iter()
+            .filter_map(|&id| {
+                let p = self.peers.get(id.0)?;
+                let ok = p.http_up(now)
+                    && p.spec.serves(host)
+                    && (hierarchical || p.spec.role == Role::Parent);
+                ok.then_some(Hop::Peer {
+                    peer: id,
+                    code: match p.spec.role {
+                        Role::Sibling => HierCode::CdSiblingHit,
+                        Role::Parent => HierCode::CdParentHit,
+                    },
+                })
+            })
+            .collect();
+        let first = usable.first().copied();
+        let mut route = select::route(&mut self.peers, host, now, first, false);
+        // Further digest hits come right after the first, before the parents.
+        for (i, hop) in usable.into_iter().skip(1).enumerate() {
+            route.hops.retain(|h| !matches!((h, &hop), (Hop::Peer { peer: a, .. }, Hop::Peer { peer: b, .. }) if a == b));
+            route.hops.insert(1 + i, hop);
+        }
+        route
     }
 
     /// The client went away; forget the search.

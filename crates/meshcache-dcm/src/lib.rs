@@ -4,7 +4,8 @@
 //! algorithms; this crate is organised around them:
 //! - **admission**: which cache a client talks to; the lab assigns clients, a node accepts.
 //! - **search**: how a miss looks for a copy among neighbours ([`icp`]: query every eligible
-//!   peer in parallel).
+//!   peer in parallel; [`summary`]: ask only the peers whose summary says "maybe" — Summary
+//!   Cache's ICP queries, or Cache Digests' straight fetch).
 //! - **decision**: which neighbour serves it ([`select`]: first HIT; else the first or closest
 //!   parent MISS, weighted; else other parents, the default parent, then the origin).
 //! - **termination**: when to stop searching ([`icp`]: all expected replies in, a HIT, or an
@@ -18,12 +19,14 @@
 //!
 //! Layout: [`peer`] (configuration, liveness and statistics of each neighbour, domain
 //! matching), [`hier`] (Squid's hierarchy codes), [`select`] (ordering the candidates of a
-//! request), [`icp`] (the ICP search and responder logic).
+//! request), [`icp`] (the ICP search and responder logic), [`summary`] (our own summary and
+//! its delta updates; the neighbours' summaries).
 
 pub mod hier;
 pub mod icp;
 pub mod peer;
 pub mod select;
+pub mod summary;
 
 pub use hier::HierCode;
 pub use icp::{answer, Asker, Holding, IcpConfig, IcpMesh, Outcome, Reply, ReplyKind, Search};

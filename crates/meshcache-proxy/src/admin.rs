@@ -39,6 +39,7 @@ pub(crate) async fn handle(
         "/metrics" => {
             let mut text = shared.metrics.prometheus(stats);
             cooperation_metrics(&shared, &mut text);
+            summary_metrics(&shared, &mut text);
             efficiency_metrics(&shared, &mut text);
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
@@ -50,6 +51,11 @@ pub(crate) async fn handle(
                     serde_json::to_value(shared.coop.peer_stats()).unwrap_or_default(),
                 );
                 obj.insert("icp".into(), icp_counters(&shared));
+                if let Some(s) = shared.coop.summaries() {
+                    let names: Vec<String> =
+                        shared.config.peers.iter().map(|p| p.name.clone()).collect();
+                    obj.insert("summary".into(), s.report(&names));
+                }
                 obj.insert(
                     "efficiency".into(),
                     serde_json::to_value(shared.efficiency()).unwrap_or_default(),
@@ -149,6 +155,63 @@ fn cooperation_metrics(shared: &Shared, out: &mut String) {
                 "meshcache_peer_events_total{{peer=\"{}\",event=\"{event}\"}} {n}",
                 p.name
             );
+        }
+    }
+}
+
+/// Summary lines of `/metrics` (summary and digest protocols), from the `/stats` report.
+fn summary_metrics(shared: &Shared, out: &mut String) {
+    use std::fmt::Write as _;
+    let Some(s) = shared.coop.summaries() else { return };
+    let names: Vec<String> = shared.config.peers.iter().map(|p| p.name.clone()).collect();
+    let r = s.report(&names);
+    let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let local = &r["local"];
+    for (name, help, v) in [
+        ("entries", "Documents in our summary.", &local["entries"]),
+        ("bits", "Size of our summary in bits.", &local["bits"]),
+        ("fill", "Share of our summary's bits set.", &local["fill"]),
+        ("counter_bytes", "Memory of our counting filter.", &local["counter_bytes"]),
+        ("peer_bytes", "Memory of the peers' summaries.", &r["peer_memory_bytes"]),
+    ] {
+        let _ = writeln!(out, "# HELP meshcache_summary_{name} {help}\n# TYPE meshcache_summary_{name} gauge\nmeshcache_summary_{name} {}", num(v));
+    }
+    for (name, v) in [
+        ("updates_sent", &r["updates_sent"]),
+        ("update_bytes_sent", &r["update_bytes_sent"]),
+        ("bad_updates", &r["bad_updates"]),
+        ("served", &r["served"]),
+        ("served_bytes", &r["served_bytes"]),
+    ] {
+        let _ = writeln!(out, "# TYPE meshcache_summary_{name}_total counter\nmeshcache_summary_{name}_total {}", num(v));
+    }
+    let _ = writeln!(out, "# HELP meshcache_peer_summary_events_total Summary lookups, hits, false hits, fetches and updates per peer.\n# TYPE meshcache_peer_summary_events_total counter");
+    let peers = r["peers"].as_array().cloned().unwrap_or_default();
+    for p in &peers {
+        let name = p["name"].as_str().unwrap_or("");
+        for event in [
+            "lookups", "summary_hits", "false_hits", "full_fetches", "full_bytes", "updates",
+            "update_bytes", "gaps", "rejected_malformed", "rejected_too_full", "fetch_failures",
+        ] {
+            let _ = writeln!(
+                out,
+                "meshcache_peer_summary_events_total{{peer=\"{name}\",event=\"{event}\"}} {}",
+                num(&p["stats"][event])
+            );
+        }
+    }
+    let _ = writeln!(out, "# HELP meshcache_peer_summary_fp_rate False-positive rate of a peer's summary: observed, the Bloom formula's, and fill^k.\n# TYPE meshcache_peer_summary_fp_rate gauge");
+    for p in &peers {
+        let name = p["name"].as_str().unwrap_or("");
+        for kind in ["observed", "formula", "fill"] {
+            let v = &p[format!("{kind}_fp_rate")];
+            if !v.is_null() {
+                let _ = writeln!(
+                    out,
+                    "meshcache_peer_summary_fp_rate{{peer=\"{name}\",kind=\"{kind}\"}} {}",
+                    num(v)
+                );
+            }
         }
     }
 }

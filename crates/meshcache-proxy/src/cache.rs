@@ -196,6 +196,11 @@ impl Cache {
         }
     }
 
+    /// The keys of everything stored now (to rebuild a summary from).
+    pub fn keys(&self) -> Vec<StoreKey> {
+        self.inner.store.lock().keys().copied().collect()
+    }
+
     /// Finds the object that answers a GET of `url` with these request headers.
     pub fn lookup(&self, url: &str, request: &HeaderMap) -> Option<Found> {
         let key = StoreKey::get(url);

@@ -268,6 +268,24 @@ pub enum Protocol {
     None,
     /// ICP v2 queries to siblings and parents (RFC 2186/2187, as Squid speaks it).
     Icp,
+    /// Summary Cache (SC-ICP): peers exchange Bloom-filter summaries (delta updates by ICP,
+    /// whole arrays over HTTP) and a miss is ICP-queried only at peers whose summary says hit.
+    Summary,
+    /// Squid's Cache Digests: peers' digests are fetched over HTTP and a miss goes straight
+    /// to a peer whose digest says hit, with no query at all.
+    Digest,
+}
+
+impl Protocol {
+    /// Whether the protocol keeps an ICP socket (queries, replies, summary updates).
+    pub fn uses_icp(self) -> bool {
+        matches!(self, Protocol::Icp | Protocol::Summary)
+    }
+
+    /// Whether the node keeps a summary of its own store and of its peers'.
+    pub fn uses_summaries(self) -> bool {
+        matches!(self, Protocol::Summary | Protocol::Digest)
+    }
 }
 
 /// Cooperation settings.
@@ -299,6 +317,22 @@ pub struct CooperationConfig {
     /// Send ICP queries to a lone parent (no siblings, one parent) before every miss, although
     /// its answer cannot change the route. A deliberate misconfiguration, off by default.
     pub query_lone_parent: bool,
+    /// Summaries (summary and digest protocols): bits per document (the Bloom filter's load
+    /// factor). The paper recommends 8 to 16; Squid's digests use 5.
+    pub summary_bits_per_entry: u8,
+    /// Summaries: hash functions, each 32 bits of the MD5 store key (extended by MD5 of the
+    /// key repeated when more than 128 bits are needed). Squid reads digests only with 4.
+    pub summary_hash_functions: u16,
+    /// Summaries: documents the filter is sized for; 0 sizes it from `store.memory` at 13 KiB
+    /// per object (Squid's `store_avg_object_size`). It is resized as the store grows.
+    pub summary_capacity: u32,
+    /// Summary protocol: publish an update when this share of the cached documents changed
+    /// (the paper: 1 %; 0.1 % to 10 %).
+    pub summary_threshold: f64,
+    /// Digest protocol: how often our digest is rebuilt (served with this as its lifetime),
+    /// and the longest we keep a peer's digest before fetching it again.
+    #[serde(with = "humantime_serde")]
+    pub digest_rebuild_period: Duration,
 }
 
 impl Default for CooperationConfig {
@@ -313,6 +347,11 @@ impl Default for CooperationConfig {
             icp_hit_min_fresh: Duration::from_secs(30),
             peer_response_timeout: Duration::from_secs(5),
             query_lone_parent: false,
+            summary_bits_per_entry: 8,
+            summary_hash_functions: 4,
+            summary_capacity: 0,
+            summary_threshold: 0.01,
+            digest_rebuild_period: Duration::from_secs(300),
         }
     }
 }
@@ -342,6 +381,10 @@ pub struct PeerConfig {
     /// Never send it ICP queries.
     #[serde(default)]
     pub no_query: bool,
+    /// Never fetch its summary or digest (summary and digest protocols): it is then a miss
+    /// for every lookup (Squid: `no-digest`).
+    #[serde(default)]
+    pub no_digest: bool,
     /// Use it when no other parent is available.
     #[serde(default)]
     pub default: bool,
@@ -377,6 +420,7 @@ impl PeerConfig {
             http,
             icp,
             no_query: false,
+            no_digest: false,
             default: false,
             round_robin: false,
             proxy_only: false,
@@ -463,6 +507,27 @@ impl Config {
                 "cooperation.icp_timeout_floor",
                 "is above cooperation.icp_timeout_ceiling",
             );
+        }
+        if !(0.001..=0.1).contains(&c.summary_threshold) {
+            return invalid(
+                "cooperation.summary_threshold",
+                "must be between 0.001 (0.1 %) and 0.1 (10 %)",
+            );
+        }
+        if !(1..=32).contains(&c.summary_bits_per_entry) {
+            return invalid("cooperation.summary_bits_per_entry", "must be 1 to 32");
+        }
+        if !(1..=32).contains(&c.summary_hash_functions) {
+            return invalid("cooperation.summary_hash_functions", "must be 1 to 32");
+        }
+        if c.protocol == Protocol::Digest && c.summary_hash_functions != 4 {
+            return invalid(
+                "cooperation.summary_hash_functions",
+                "must be 4 with protocol = \"digest\" (Squid's Cache Digests use 4)",
+            );
+        }
+        if c.digest_rebuild_period < Duration::from_secs(1) {
+            return invalid("cooperation.digest_rebuild_period", "must be at least 1s");
         }
         let mut seen = std::collections::HashSet::new();
         for name in self.dns.hosts.keys() {

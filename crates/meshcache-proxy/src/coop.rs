@@ -61,6 +61,8 @@ pub struct Coop {
     config: CooperationConfig,
     icp: OnceLock<Arc<UdpSocket>>,
     waiters: Mutex<HashMap<u32, oneshot::Sender<Route>>>,
+    /// Our summary and the peers' (summary and digest protocols).
+    summaries: Option<crate::summary::Summaries>,
     /// Counters.
     pub counters: IcpCounters,
 }
@@ -83,8 +85,10 @@ pub struct Forwarded {
 
 impl Coop {
     /// Builds the peer table. Queries go out once an ICP socket is attached.
-    pub fn new(config: &CooperationConfig, peers: &[PeerConfig]) -> Self {
-        let speaks_icp = config.protocol == Protocol::Icp;
+    pub fn new(full: &crate::Config) -> Self {
+        let config: &CooperationConfig = &full.cooperation;
+        let peers: &[PeerConfig] = &full.peers;
+        let speaks_icp = config.protocol.uses_icp();
         let specs: Vec<PeerSpec> = peers
             .iter()
             .map(|p| PeerSpec {
@@ -112,6 +116,7 @@ impl Coop {
             config: config.clone(),
             icp: OnceLock::new(),
             waiters: Mutex::new(HashMap::new()),
+            summaries: crate::summary::Summaries::new(full),
             counters: IcpCounters::default(),
         }
     }
@@ -119,6 +124,21 @@ impl Coop {
     /// Attaches the bound ICP socket (once).
     pub fn attach(&self, socket: Arc<UdpSocket>) {
         let _ = self.icp.set(socket);
+    }
+
+    /// The summary state, when the protocol keeps summaries.
+    pub fn summaries(&self) -> Option<&crate::summary::Summaries> {
+        self.summaries.as_ref()
+    }
+
+    /// The ICP socket, once attached.
+    pub(crate) fn icp_socket(&self) -> Option<&Arc<UdpSocket>> {
+        self.icp.get()
+    }
+
+    /// The peer whose ICP address is `addr`.
+    pub fn peer_at(&self, addr: SocketAddr) -> Option<PeerId> {
+        self.mesh.lock().peer_at(addr)
     }
 
     /// The ICP socket's address, when ICP is on.
@@ -131,10 +151,26 @@ impl Coop {
         if self.specs.is_empty() {
             return Route::direct();
         }
-        let search = self
-            .mesh
-            .lock()
-            .begin(Instant::now(), url, host, hierarchical);
+        let search = match &self.summaries {
+            None => self
+                .mesh
+                .lock()
+                .begin(Instant::now(), url, host, hierarchical),
+            Some(s) => {
+                let hits = if hierarchical || self.specs.iter().any(|p| p.role == Role::Parent) {
+                    s.candidates(&meshcache_store::StoreKey::get(url).0)
+                } else {
+                    Vec::new()
+                };
+                let now = Instant::now();
+                if self.config.protocol == Protocol::Digest {
+                    return self.mesh.lock().digest_route(now, host, hierarchical, &hits);
+                }
+                self.mesh
+                    .lock()
+                    .begin_guided(now, url, host, hierarchical, |p| hits.contains(&p))
+            }
+        };
         let Search {
             reqnum,
             queries,
@@ -334,6 +370,22 @@ pub(crate) async fn forward(
                 match sent {
                     Ok(Ok((response, lease))) => {
                         shared.coop.fetch_result(peer, true);
+                        let false_hit = match code {
+                            HierCode::CdSiblingHit => {
+                                response.status() == StatusCode::GATEWAY_TIMEOUT
+                            }
+                            HierCode::CdParentHit => response
+                                .headers()
+                                .get("x-cache")
+                                .and_then(|v| v.to_str().ok())
+                                .is_some_and(|v| v.starts_with("MISS")),
+                            _ => false,
+                        };
+                        if false_hit {
+                            if let Some(s) = shared.coop.summaries() {
+                                s.false_hit(peer);
+                            }
+                        }
                         if spec.role == Role::Sibling
                             && response.status() == StatusCode::GATEWAY_TIMEOUT
                             && !last
@@ -469,6 +521,11 @@ fn handle_datagram(
     from: SocketAddr,
     out: &mut Vec<u8>,
 ) -> (Option<SocketAddr>, Category) {
+    if datagram.first() == Some(&meshcache_wire::summary::OPCODE_DIRUPDATE) {
+        // Summary upkeep serves our own searches.
+        crate::summary::on_update_datagram(shared, datagram, from);
+        return (None, Category::Search);
+    }
     let opcode = datagram.first().and_then(|&b| icp::Opcode::from_u8(b));
     let category = match opcode {
         Some(icp::Opcode::Query | icp::Opcode::Secho | icp::Opcode::HitObj) | None => {
@@ -553,6 +610,12 @@ fn respond(
                 url,
                 src_rtt_ms: message.src_rtt().map(|r| r.rtt_ms),
             };
+            if let (Some(s), ReplyKind::Miss | ReplyKind::MissNoFetch) = (&coop.summaries, kind) {
+                // Summary Cache asks only peers whose summary said hit: a miss is a false hit.
+                if let Some(peer) = coop.peer_at(from) {
+                    s.false_hit(peer);
+                }
+            }
             let decided = coop.mesh.lock().on_reply(Instant::now(), from, reply);
             if let Some((reqnum, route)) = decided {
                 if let Some(tx) = coop.waiters.lock().remove(&reqnum) {

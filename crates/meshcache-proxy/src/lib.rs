@@ -34,6 +34,7 @@ pub mod outcome;
 pub mod semantics;
 pub mod server;
 mod service;
+pub mod summary;
 mod tunnel;
 pub mod upstream;
 

@@ -54,7 +54,7 @@ impl Listeners {
             .listen
             .map(|a| bind_tcp(a, &SocketOptions::default()))
             .transpose()?;
-        let icp = if config.cooperation.protocol == crate::config::Protocol::Icp {
+        let icp = if config.cooperation.protocol.uses_icp() {
             let addr = config.cooperation.icp_listen;
             let bind = || -> std::io::Result<tokio::net::UdpSocket> {
                 let socket = std::net::UdpSocket::bind(addr)?;
@@ -125,7 +125,7 @@ impl Proxy {
                 .unwrap_or_else(|_| http::HeaderValue::from_static("MISS"))
         };
         let (x_cache_hit, x_cache_miss) = (x_cache("HIT"), x_cache("MISS"));
-        let coop = Coop::new(&config.cooperation, &config.peers);
+        let coop = Coop::new(&config);
         Ok(Proxy {
             shared: Arc::new(Shared {
                 config,
@@ -185,6 +185,19 @@ impl Proxy {
             tasks.push(tokio::spawn(crate::coop::run_icp(
                 shared.clone(),
                 socket,
+                stop_rx.clone(),
+            )));
+        }
+        if shared.coop.summaries().is_some() {
+            // Subscribed before the first client is accepted: no admission goes unseen.
+            let events = shared.cache.subscribe();
+            tasks.push(tokio::spawn(crate::summary::run_local(
+                shared.clone(),
+                events,
+                stop_rx.clone(),
+            )));
+            tasks.push(tokio::spawn(crate::summary::run_fetch(
+                shared.clone(),
                 stop_rx.clone(),
             )));
         }

@@ -99,6 +99,11 @@ pub(crate) async fn handle(
             "the request head is larger than http.max_header_bytes",
         ));
     }
+    if let Some(which) = crate::summary::internal(&shared.config, &parts.uri) {
+        if parts.method == Method::GET || parts.method == Method::HEAD {
+            return Ok(internal(&shared, txn, which, parts.method == Method::HEAD));
+        }
+    }
     if parts.method == Method::CONNECT {
         return Ok(tunnel::connect(shared, txn, parts).await);
     }
@@ -865,6 +870,36 @@ pub(crate) fn refuse(
     let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
+    resp
+}
+
+/// Our own digest or summary (Squid's internal URL), served from memory.
+fn internal(
+    shared: &Shared,
+    mut txn: Transaction,
+    which: crate::summary::Internal,
+    head: bool,
+) -> Response<ProxyBody> {
+    let (status, mut headers, body) = crate::summary::serve(shared, which);
+    headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
+    headers::append_via(&mut headers, &shared.via);
+    txn.result = if status == StatusCode::OK {
+        ResultCode::TcpMemHit
+    } else {
+        ResultCode::TcpMiss
+    };
+    txn.status = status.as_u16();
+    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
+    txn.head_bytes = head_size(&headers);
+    let body = if head { Bytes::new() } else { body };
+    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    if status == StatusCode::OK && which == crate::summary::Internal::Digest {
+        // Squid's reason phrase for a digest.
+        resp.extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(b"Cache Digest OK"));
+    }
     resp
 }
 

@@ -9,12 +9,14 @@
 //! it is never decremented again (removing could otherwise clear a bit other
 //! keys still need, a false miss), and saturations are counted.
 //!
-//! Bit positions are the Cache Digest's (four big-endian words of the MD5
-//! store key, modulo the number of bits), so a snapshot is directly a
-//! [`CacheDigest`] that Squid can read. Every change of a bit (0→1 or 1→0)
-//! is reported, for the delta updates a summary protocol sends.
+//! Bit positions come from a [`Hashing`] over the MD5 store key. With the
+//! default ([`Hashing::DIGEST`]: the key's four big-endian words, modulo the
+//! number of bits) a snapshot is directly a [`CacheDigest`] that Squid can
+//! read. Every change of a bit (0→1 or 1→0) is reported, for the delta
+//! updates a summary protocol sends.
 
-use crate::digest::{bit_positions, CacheDigest};
+use crate::digest::CacheDigest;
+use crate::hashing::Hashing;
 
 /// The largest counter value; a counter there is stuck.
 pub const SATURATED: u8 = 15;
@@ -34,6 +36,7 @@ pub struct CountingBloom {
     /// Packed counters: bit `b`'s counter is the low nibble of byte `b / 2` for even `b`.
     counters: Vec<u8>,
     bits: u64,
+    hashing: Hashing,
     capacity: u32,
     bits_per_entry: u8,
     entries: u64,
@@ -44,11 +47,17 @@ impl CountingBloom {
     /// A filter sized for `capacity` entries at `bits_per_entry` bits each (the mask is rounded
     /// up to whole bytes, as a Cache Digest's is).
     pub fn new(capacity: u32, bits_per_entry: u8) -> CountingBloom {
+        CountingBloom::with_hashing(capacity, bits_per_entry, Hashing::DIGEST)
+    }
+
+    /// As [`CountingBloom::new`], with other hash functions.
+    pub fn with_hashing(capacity: u32, bits_per_entry: u8, hashing: Hashing) -> CountingBloom {
         let empty = CacheDigest::new(capacity, bits_per_entry);
         let bits = empty.mask().len() as u64 * 8;
         CountingBloom {
             counters: vec![0; bits.div_ceil(2) as usize],
             bits,
+            hashing,
             capacity: empty.capacity(),
             bits_per_entry: empty.bits_per_entry(),
             entries: 0,
@@ -77,7 +86,7 @@ impl CountingBloom {
     /// Adds a key; `changed` receives the bits that went from 0 to 1.
     pub fn add(&mut self, key: &[u8; 16], changed: &mut Vec<BitChange>) {
         self.entries += 1;
-        for bit in distinct(bit_positions(key, self.bits)) {
+        for bit in self.hashing.positions(key, self.bits).distinct() {
             let c = self.counter(bit);
             match c {
                 0 => {
@@ -100,7 +109,7 @@ impl CountingBloom {
     /// counter at 0 stays at 0.
     pub fn remove(&mut self, key: &[u8; 16], changed: &mut Vec<BitChange>) {
         self.entries = self.entries.saturating_sub(1);
-        for bit in distinct(bit_positions(key, self.bits)) {
+        for bit in self.hashing.positions(key, self.bits).distinct() {
             match self.counter(bit) {
                 0 | SATURATED => {}
                 1 => {
@@ -114,7 +123,9 @@ impl CountingBloom {
 
     /// Whether the key may be present.
     pub fn contains(&self, key: &[u8; 16]) -> bool {
-        bit_positions(key, self.bits)
+        self.hashing
+            .positions(key, self.bits)
+            .as_slice()
             .iter()
             .all(|&b| self.counter(b) != 0)
     }
@@ -139,24 +150,49 @@ impl CountingBloom {
         self.counters.len()
     }
 
-    /// The summary as a Cache Digest (bit set where the counter is non-zero).
-    pub fn snapshot(&self) -> CacheDigest {
-        let mut mask = vec![0u8; (self.bits / 8) as usize];
-        for bit in 0..self.bits {
-            if self.counter(bit) != 0 {
+    /// Entries the filter was sized for.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Bits per entry the filter was sized with.
+    pub fn bits_per_entry(&self) -> u8 {
+        self.bits_per_entry
+    }
+
+    /// The hash functions.
+    pub fn hashing(&self) -> Hashing {
+        self.hashing
+    }
+
+    /// Whether bit `b` of the summary is set (its counter is non-zero).
+    pub fn is_set(&self, bit: u64) -> bool {
+        bit < self.bits && self.counter(bit) != 0
+    }
+
+    /// The summary's bit mask (bit set where the counter is non-zero), least significant bit
+    /// first in each byte.
+    pub fn mask(&self) -> Vec<u8> {
+        let mut mask = vec![0u8; self.bits.div_ceil(8) as usize];
+        for (i, pair) in self.counters.iter().enumerate() {
+            if pair & 0x0F != 0 {
+                let bit = 2 * i as u64;
+                mask[(bit >> 3) as usize] |= 1 << (bit & 7);
+            }
+            if pair & 0xF0 != 0 {
+                let bit = 2 * i as u64 + 1;
                 mask[(bit >> 3) as usize] |= 1 << (bit & 7);
             }
         }
-        let count = u32::try_from(self.entries).unwrap_or(u32::MAX);
-        CacheDigest::from_parts(self.capacity, count, self.bits_per_entry, mask)
+        mask
     }
-}
 
-/// The positions, each once (two words of a key may name the same bit).
-fn distinct(p: [u64; 4]) -> impl Iterator<Item = u64> {
-    (0..4)
-        .filter(move |&i| !p[..i].contains(&p[i]))
-        .map(move |i| p[i])
+    /// The summary as a Cache Digest (bit set where the counter is non-zero). Squid reads it
+    /// only when the hashing is [`Hashing::DIGEST`].
+    pub fn snapshot(&self) -> CacheDigest {
+        let count = u32::try_from(self.entries).unwrap_or(u32::MAX);
+        CacheDigest::from_parts(self.capacity, count, self.bits_per_entry, self.mask())
+    }
 }
 
 #[cfg(test)]

@@ -108,6 +108,70 @@ pub enum WireError {
     /// ERR, MISS_NOFETCH and DENIED are).
     #[error("{0} is not a reply opcode")]
     NotAReply(Opcode),
+
+    /// A summary's hash parameters are out of range (1–32 functions of 1–32 bits, an array of
+    /// 1 to 2^31 − 1 bits).
+    #[error(
+        "bad summary parameters: {functions} functions of {function_bits} bits, {bits}-bit array"
+    )]
+    BadSummaryParams {
+        /// Number of hash functions.
+        functions: u16,
+        /// Bits per function.
+        function_bits: u16,
+        /// Array size in bits.
+        bits: u32,
+    },
+
+    /// A summary update names a bit beyond the array.
+    #[error("bit {bit} is beyond the {bits}-bit array")]
+    BitOutOfRange {
+        /// The bit index.
+        bit: u32,
+        /// Array size in bits.
+        bits: u32,
+    },
+
+    /// A summary update's count disagrees with its length.
+    #[error("update count {count} does not match the {payload} payload bytes")]
+    CountMismatch {
+        /// The count field.
+        count: u32,
+        /// Bytes after the update header.
+        payload: usize,
+    },
+
+    /// A `DIRUPDATE` with options or option data set (ours never has them).
+    #[error("summary update with options set")]
+    UnexpectedOptions,
+
+    /// A summary array without its magic number.
+    #[error("not a summary array (bad magic)")]
+    BadMagic,
+
+    /// A summary array of a version we do not read.
+    #[error("unknown summary array version {0}")]
+    UnknownSummaryVersion(u16),
+
+    /// A summary array with non-zero reserved bytes, or padding bits beyond the array set.
+    #[error("summary array has reserved or padding bits set")]
+    ReservedBitsSet,
+
+    /// A summary array whose mask is longer than its size says.
+    #[error("{extra} bytes after the end of the summary array")]
+    SummaryTrailing {
+        /// Bytes beyond the mask.
+        extra: usize,
+    },
+
+    /// A summary array with so many bits set that it would call almost anything a hit.
+    #[error("summary array is useless: {set} of {bits} bits set (over 65%)")]
+    TooFull {
+        /// Bits set.
+        set: u64,
+        /// Array size in bits.
+        bits: u32,
+    },
 }
 
 /// What a responder should do with a datagram that failed to decode, matching Squid 5.7.

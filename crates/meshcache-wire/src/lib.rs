@@ -14,8 +14,10 @@
 //!   Squid 5.7 (`tests/vectors/README.md` says how).
 //! - [`error`] — [`WireError`], the crate's one error enum, and [`Verdict`].
 //!
-//! Later codecs (our summary-update and directory extensions, CARP hashing) get a module each
-//! next to [`icp`].
+//! - [`summary`] — Summary Cache (SC-ICP): `ICP_OP_DIRUPDATE` delta updates and the whole
+//!   array served over HTTP.
+//!
+//! Later codecs (directory messages, CARP hashing) get a module each next to these.
 //!
 //! ## Guarantees
 //!
@@ -26,8 +28,27 @@
 
 pub mod error;
 pub mod icp;
+pub mod summary;
 
 pub use error::{Verdict, WireError};
+
+/// Body of the `summary_decode` cargo-fuzz target: decodes `data` as a delta update and as a
+/// whole array; whatever decodes must re-encode to exactly `data`.
+#[doc(hidden)]
+pub fn fuzz_summary_decode(data: &[u8]) {
+    if let Ok(m) = summary::decode_dirupdate(data) {
+        let mut out = Vec::new();
+        assert!(summary::encode_dirupdate(&m, &mut out).is_ok());
+        assert_eq!(out, data, "a decoded update re-encodes identically");
+    }
+    if let Ok(a) = summary::decode_full(data) {
+        assert_eq!(
+            summary::encode_full(&a).ok().as_deref(),
+            Some(data),
+            "a decoded array re-encodes identically"
+        );
+    }
+}
 
 /// Body of the `icp_decode` cargo-fuzz target (`fuzz/fuzz_targets/icp_decode.rs`), kept here so
 /// the property tests can run it on stable Rust.

@@ -1,0 +1,716 @@
+//! Search by summaries: Summary Cache (SC-ICP) and Squid's Cache Digests, without I/O.
+//!
+//! Two halves, both driven by the proxy (or the simulator) with explicit time:
+//!
+//! - [`LocalSummary`] is our own summary: a counting Bloom filter over the store's keys, fed by
+//!   the store-event stream (admitted → add; evicted or invalidated → remove). It remembers
+//!   which bits changed since the last update it published and how many documents changed;
+//!   when that share passes the threshold (the paper's 1 % by default), [`LocalSummary::take_updates`]
+//!   returns the `ICP_OP_DIRUPDATE` messages to send, each with the next sequence number and
+//!   the new value of every changed bit (idempotent set/clear words, so a duplicate or
+//!   reordered message does no harm). [`LocalSummary::full_array`] is the whole array for a
+//!   peer that starts, restarts or lost deltas, and [`LocalSummary::digest`] the same filter as
+//!   a Squid Cache Digest.
+//! - [`PeerSummaries`] holds what the neighbours told us: one bit array per peer, from a full
+//!   array (or a Cache Digest) and the deltas that followed. A delta that does not follow the
+//!   last one (a gap: lost deltas; a jump back: the peer restarted, its numbering starts at a
+//!   random point) or that uses other hash parameters asks for a full fetch
+//!   ([`PeerSummaries::fetch_due`]); deltas that arrive while it is under way are kept and
+//!   replayed. A summary that fails the checks is dropped with a counted reason: that peer is
+//!   then a miss for everything, never a hit for everything.
+//!
+//! On a miss, [`PeerSummaries::candidates`] names the peers whose summary says "maybe":
+//! Summary Cache queries just those by ICP, Cache Digests goes straight to them. Every
+//! lookup, summary hit and false hit is counted per peer, so the false-positive rate can be
+//! compared with the Bloom formula.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use meshcache_summary::{BitChange, BloomArray, CacheDigest, CountingBloom, Hashing};
+use meshcache_wire::summary::{DirUpdate, FullArray, HashParams, Update, MAX_UPDATES_PER_DATAGRAM};
+use serde::Serialize;
+
+use crate::peer::PeerId;
+
+/// The paper's default share of changed documents that triggers an update (1 %).
+pub const DEFAULT_THRESHOLD: f64 = 0.01;
+
+/// Our own summary and the changes not yet published.
+#[derive(Debug)]
+pub struct LocalSummary {
+    filter: CountingBloom,
+    /// Bits changed since the last update, with their current value.
+    pending: BTreeMap<u64, bool>,
+    changed_docs: u64,
+    threshold: f64,
+    /// Sequence number of the last update published.
+    seq: u32,
+    sender: Ipv4Addr,
+    stats: LocalStats,
+}
+
+/// Counters of our own summary.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct LocalStats {
+    /// Update messages produced.
+    pub updates: u64,
+    /// Bytes of those messages.
+    pub update_bytes: u64,
+    /// Bit changes they carried.
+    pub bit_changes: u64,
+    /// Times the filter was rebuilt from the store (resize, or lost store events).
+    pub rebuilds: u64,
+}
+
+impl LocalSummary {
+    /// An empty summary sized for `capacity` documents at `bits_per_entry`, publishing
+    /// updates when `threshold` (a share, e.g. 0.01) of its documents changed. `first_seq` is
+    /// where update numbering starts: pick it at random, so a restart shows as a jump.
+    pub fn new(
+        capacity: u32,
+        bits_per_entry: u8,
+        hashing: Hashing,
+        threshold: f64,
+        first_seq: u32,
+    ) -> LocalSummary {
+        LocalSummary {
+            filter: CountingBloom::with_hashing(capacity, bits_per_entry, hashing),
+            pending: BTreeMap::new(),
+            changed_docs: 0,
+            threshold,
+            seq: first_seq,
+            sender: Ipv4Addr::UNSPECIFIED,
+            stats: LocalStats::default(),
+        }
+    }
+
+    /// Sets the address put in the sender field of updates.
+    pub fn set_sender(&mut self, sender: Ipv4Addr) {
+        self.sender = sender;
+    }
+
+    /// An object was stored.
+    pub fn admitted(&mut self, key: &[u8; 16]) {
+        let mut changes = Vec::new();
+        self.filter.add(key, &mut changes);
+        self.note(&changes);
+    }
+
+    /// An object left the store (evicted or invalidated).
+    pub fn removed(&mut self, key: &[u8; 16]) {
+        let mut changes = Vec::new();
+        self.filter.remove(key, &mut changes);
+        self.note(&changes);
+    }
+
+    fn note(&mut self, changes: &[BitChange]) {
+        self.changed_docs += 1;
+        for c in changes {
+            self.pending.insert(c.bit, c.set);
+        }
+    }
+
+    /// Whether the filter no longer fits the store: more documents than it was sized for by
+    /// a quarter (its fill, and so its false hits, climb), or far fewer. Returns the capacity
+    /// to rebuild with.
+    pub fn resize_to(&self, min_capacity: u32) -> Option<u32> {
+        let entries = self.filter.entries();
+        let capacity = u64::from(self.filter.capacity());
+        let want = (entries + entries / 2).max(u64::from(min_capacity));
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        if entries > capacity + capacity / 4 || (capacity > 4 * u64::from(want)) {
+            Some(want)
+        } else {
+            None
+        }
+    }
+
+    /// Rebuilds the filter from the store's keys (after a resize, or when store events were
+    /// lost). Peers notice a jump in the update numbering and fetch the whole array.
+    pub fn rebuild<'a>(&mut self, capacity: u32, keys: impl IntoIterator<Item = &'a [u8; 16]>) {
+        let mut filter = CountingBloom::with_hashing(
+            capacity,
+            self.filter.bits_per_entry(),
+            self.filter.hashing(),
+        );
+        let mut sink = Vec::new();
+        for key in keys {
+            filter.add(key, &mut sink);
+            sink.clear();
+        }
+        self.filter = filter;
+        self.pending.clear();
+        self.changed_docs = 0;
+        // Skip a number: receivers see a gap and fetch the whole (new) array.
+        self.seq = self.seq.wrapping_add(2);
+        self.stats.rebuilds += 1;
+    }
+
+    /// Whether enough documents changed since the last update to publish one.
+    pub fn due(&self) -> bool {
+        let entries = self.filter.entries().max(1) as f64;
+        !self.pending.is_empty() && self.changed_docs as f64 >= self.threshold * entries
+    }
+
+    /// The hash parameters as the wire carries them.
+    pub fn params(&self) -> HashParams {
+        let h = self.filter.hashing();
+        HashParams {
+            functions: h.functions(),
+            function_bits: h.function_bits(),
+            bits: u32::try_from(self.filter.bits()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The pending changes as update messages (at most [`MAX_UPDATES_PER_DATAGRAM`] changes
+    /// each, one sequence number each); the pending list is emptied.
+    pub fn take_updates(&mut self) -> Vec<DirUpdate> {
+        let params = self.params();
+        let updates: Vec<Update> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|(bit, set)| Update {
+                bit: u32::try_from(bit).unwrap_or(u32::MAX),
+                set,
+            })
+            .collect();
+        self.changed_docs = 0;
+        updates
+            .chunks(MAX_UPDATES_PER_DATAGRAM)
+            .map(|chunk| {
+                self.seq = self.seq.wrapping_add(1);
+                self.stats.updates += 1;
+                self.stats.update_bytes += 32 + 4 * chunk.len() as u64;
+                self.stats.bit_changes += chunk.len() as u64;
+                DirUpdate {
+                    seq: self.seq,
+                    sender: self.sender,
+                    params,
+                    updates: chunk.to_vec(),
+                }
+            })
+            .collect()
+    }
+
+    /// The whole array as it is now, numbered with the last update published (the deltas
+    /// still pending are in it already; applying them again changes nothing).
+    pub fn full_array(&self) -> FullArray {
+        FullArray {
+            seq: self.seq,
+            params: self.params(),
+            entries: u32::try_from(self.filter.entries()).unwrap_or(u32::MAX),
+            mask: self.filter.mask(),
+        }
+    }
+
+    /// The filter as a Squid Cache Digest (meaningful to Squid with [`Hashing::DIGEST`]).
+    pub fn digest(&self) -> CacheDigest {
+        self.filter.snapshot()
+    }
+
+    /// Whether the summary may hold `key`.
+    pub fn contains(&self, key: &[u8; 16]) -> bool {
+        self.filter.contains(key)
+    }
+
+    /// The counting filter.
+    pub fn filter(&self) -> &CountingBloom {
+        &self.filter
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &LocalStats {
+        &self.stats
+    }
+
+    /// Documents changed since the last update.
+    pub fn changed_docs(&self) -> u64 {
+        self.changed_docs
+    }
+}
+
+/// What became of a delta update from a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateVerdict {
+    /// Applied: it followed the previous one.
+    Applied,
+    /// A duplicate or older than the array we hold: nothing to do.
+    Stale,
+    /// Kept until the whole array arrives (a fetch is due or under way).
+    Held,
+    /// Not from a peer that exchanges summaries.
+    Unknown,
+}
+
+/// Why a peer's summary was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rejection {
+    /// The body did not decode (truncated, wrong size, unknown version, bad parameters).
+    Malformed,
+    /// More than 65 % of its bits are set: it would call almost everything a hit.
+    TooFull,
+    /// The fetch failed or the peer answered with an error.
+    FetchFailed,
+}
+
+/// Counters of one peer's summary.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct SummaryStats {
+    /// Misses looked up in its summary.
+    pub lookups: u64,
+    /// Lookups its summary answered "maybe".
+    pub summary_hits: u64,
+    /// Summary hits the peer did not have (ICP MISS, or 504 to `only-if-cached`).
+    pub false_hits: u64,
+    /// Whole arrays (or digests) installed.
+    pub full_fetches: u64,
+    /// Bytes of those.
+    pub full_bytes: u64,
+    /// Delta messages received.
+    pub updates: u64,
+    /// Bytes of those.
+    pub update_bytes: u64,
+    /// Deltas that showed a gap or a restart (a full fetch followed).
+    pub gaps: u64,
+    /// Summaries refused, by reason.
+    pub rejected_malformed: u64,
+    /// Summaries refused as more than 65 % full.
+    pub rejected_too_full: u64,
+    /// Fetches that failed.
+    pub fetch_failures: u64,
+}
+
+impl SummaryStats {
+    /// The observed false-positive rate: false hits over lookups of objects the peer did not
+    /// hold (every lookup but the true hits). `None` before any such lookup.
+    pub fn observed_fp_rate(&self) -> Option<f64> {
+        let true_hits = self.summary_hits.saturating_sub(self.false_hits);
+        let negatives = self.lookups.saturating_sub(true_hits);
+        (negatives > 0).then(|| self.false_hits as f64 / negatives as f64)
+    }
+}
+
+#[derive(Debug, Default)]
+struct PeerSummary {
+    array: Option<BloomArray>,
+    /// Sequence number the array is current to (None for a Cache Digest: no deltas).
+    seq: Option<u32>,
+    received: Option<Instant>,
+    /// A full fetch is wanted.
+    want_full: bool,
+    /// When the next full fetch may start.
+    next_fetch: Option<Instant>,
+    failures: u32,
+    /// Deltas received while a full fetch was due.
+    held: Vec<DirUpdate>,
+    stats: SummaryStats,
+}
+
+/// The most deltas kept while waiting for a whole array.
+const MAX_HELD: usize = 256;
+
+/// The neighbours' summaries.
+#[derive(Debug)]
+pub struct PeerSummaries {
+    peers: Vec<PeerSummary>,
+    /// The shortest wait between two full fetches from one peer.
+    min_interval: Duration,
+}
+
+/// One peer's summary, as `/stats` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerSummaryReport {
+    /// Whether we hold a usable summary.
+    pub valid: bool,
+    /// Its size in bits.
+    pub bits: u64,
+    /// Documents it summarises (as the peer counts them).
+    pub entries: u64,
+    /// Share of bits set.
+    pub fill: f64,
+    /// The false-positive rate the Bloom formula gives for its entries and size.
+    pub formula_fp_rate: f64,
+    /// The false-positive rate its fill implies (`fill^k`).
+    pub fill_fp_rate: f64,
+    /// The false-positive rate observed (false hits over lookups of absent objects).
+    pub observed_fp_rate: Option<f64>,
+    /// Seconds since it was last updated.
+    pub age_s: Option<f64>,
+    /// Counters.
+    pub stats: SummaryStats,
+}
+
+impl PeerSummaries {
+    /// No summaries yet for `peers` peers; every one is due for a full fetch.
+    pub fn new(peers: usize, min_interval: Duration) -> PeerSummaries {
+        PeerSummaries {
+            peers: (0..peers)
+                .map(|_| PeerSummary {
+                    want_full: true,
+                    ..PeerSummary::default()
+                })
+                .collect(),
+            min_interval,
+        }
+    }
+
+    /// Peers (among `exchanging`) whose summary may hold `key`; counts the lookups.
+    pub fn candidates(&mut self, key: &[u8; 16], exchanging: impl Fn(PeerId) -> bool) -> Vec<PeerId> {
+        let mut hits = Vec::new();
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            let Some(array) = &p.array else { continue };
+            if !exchanging(PeerId(i)) {
+                continue;
+            }
+            p.stats.lookups += 1;
+            if array.contains(key) {
+                p.stats.summary_hits += 1;
+                hits.push(PeerId(i));
+            }
+        }
+        hits
+    }
+
+    /// A summary hit turned out false: the peer did not have the object.
+    pub fn false_hit(&mut self, peer: PeerId) {
+        if let Some(p) = self.peers.get_mut(peer.0) {
+            p.stats.false_hits += 1;
+        }
+    }
+
+    /// Installs a Cache Digest fetched from `peer` (`bytes` long).
+    pub fn install_digest(&mut self, now: Instant, peer: PeerId, digest: &CacheDigest, bytes: u64) {
+        let Some(p) = self.peers.get_mut(peer.0) else { return };
+        p.array = Some(BloomArray::from_digest(digest));
+        p.seq = None;
+        p.received = Some(now);
+        p.want_full = false;
+        p.failures = 0;
+        p.stats.full_fetches += 1;
+        p.stats.full_bytes += bytes;
+    }
+
+    /// Installs a whole summary array fetched from `peer` (`bytes` long), then replays the
+    /// deltas that came while it was on its way.
+    pub fn install_full(&mut self, now: Instant, peer: PeerId, full: FullArray, bytes: u64) {
+        let Some(p) = self.peers.get_mut(peer.0) else { return };
+        let Some(hashing) = Hashing::new(full.params.functions, full.params.function_bits) else {
+            p.stats.rejected_malformed += 1;
+            p.array = None;
+            return;
+        };
+        p.array = Some(BloomArray::from_mask(
+            hashing,
+            u64::from(full.params.bits),
+            full.mask,
+            u64::from(full.entries),
+        ));
+        p.seq = Some(full.seq);
+        p.received = Some(now);
+        p.want_full = false;
+        p.failures = 0;
+        p.stats.full_fetches += 1;
+        p.stats.full_bytes += bytes;
+        let mut held = std::mem::take(&mut p.held);
+        held.sort_by_key(|u| u.seq.wrapping_sub(full.seq));
+        for u in held {
+            if u.seq.wrapping_sub(full.seq) as i32 > 0 {
+                let _ = self.on_update(now, peer, u, 0);
+            }
+        }
+    }
+
+    /// A delta update from `peer` (`bytes` on the wire).
+    pub fn on_update(&mut self, now: Instant, peer: PeerId, update: DirUpdate, bytes: u64) -> UpdateVerdict {
+        let Some(p) = self.peers.get_mut(peer.0) else {
+            return UpdateVerdict::Unknown;
+        };
+        if bytes > 0 {
+            p.stats.updates += 1;
+            p.stats.update_bytes += bytes;
+        }
+        let same_params = p.array.as_ref().is_some_and(|a| {
+            let h = a.hashing();
+            h.functions() == update.params.functions
+                && h.function_bits() == update.params.function_bits
+                && a.bits() == u64::from(update.params.bits)
+        });
+        let follows = match p.seq {
+            Some(seq) => {
+                let ahead = update.seq.wrapping_sub(seq) as i32;
+                if same_params && ahead <= 0 && ahead > -(MAX_HELD as i32) {
+                    return UpdateVerdict::Stale;
+                }
+                same_params && ahead == 1
+            }
+            None => false,
+        };
+        if p.want_full || !follows {
+            if !p.want_full {
+                p.stats.gaps += 1;
+                p.want_full = true;
+            }
+            if p.held.len() < MAX_HELD {
+                p.held.push(update);
+            }
+            return UpdateVerdict::Held;
+        }
+        if let Some(array) = &mut p.array {
+            for u in &update.updates {
+                array.put(u64::from(u.bit), u.set);
+            }
+        }
+        p.seq = Some(update.seq);
+        p.received = Some(now);
+        UpdateVerdict::Applied
+    }
+
+    /// A summary from `peer` was refused, or could not be fetched: it no longer counts (the
+    /// peer is a miss for everything) and the next fetch waits, longer after each failure.
+    pub fn reject(&mut self, now: Instant, peer: PeerId, why: Rejection) {
+        let Some(p) = self.peers.get_mut(peer.0) else { return };
+        match why {
+            Rejection::Malformed => p.stats.rejected_malformed += 1,
+            Rejection::TooFull => p.stats.rejected_too_full += 1,
+            Rejection::FetchFailed => p.stats.fetch_failures += 1,
+        }
+        if why != Rejection::FetchFailed {
+            p.array = None;
+            p.seq = None;
+        }
+        p.want_full = true;
+        p.failures = p.failures.saturating_add(1);
+        let backoff = self.min_interval * 2u32.saturating_pow(p.failures.min(6));
+        p.next_fetch = Some(now + backoff);
+    }
+
+    /// Peers whose whole summary should be fetched now; each is then not due again for the
+    /// minimum interval (the caller reports the result with an `install_*` or [`reject`]).
+    ///
+    /// [`reject`]: PeerSummaries::reject
+    pub fn fetch_due(&mut self, now: Instant) -> Vec<PeerId> {
+        let mut due = Vec::new();
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            if p.want_full && p.next_fetch.is_none_or(|t| now >= t) {
+                p.next_fetch = Some(now + self.min_interval);
+                due.push(PeerId(i));
+            }
+        }
+        due
+    }
+
+    /// Asks for a fresh whole summary from `peer` (a Cache Digest's refresh time came, or the
+    /// peer restarted).
+    pub fn want_full(&mut self, peer: PeerId) {
+        if let Some(p) = self.peers.get_mut(peer.0) {
+            p.want_full = true;
+        }
+    }
+
+    /// Whether we hold a summary of `peer`.
+    pub fn has(&self, peer: PeerId) -> bool {
+        self.peers.get(peer.0).is_some_and(|p| p.array.is_some())
+    }
+
+    /// Memory of the peers' arrays, in bytes.
+    pub fn memory(&self) -> usize {
+        self.peers
+            .iter()
+            .filter_map(|p| p.array.as_ref())
+            .map(BloomArray::memory)
+            .sum()
+    }
+
+    /// Per-peer figures.
+    pub fn reports(&self, now: Instant) -> Vec<PeerSummaryReport> {
+        self.peers
+            .iter()
+            .map(|p| {
+                let a = p.array.as_ref();
+                PeerSummaryReport {
+                    valid: a.is_some(),
+                    bits: a.map_or(0, BloomArray::bits),
+                    entries: a.map_or(0, BloomArray::entries),
+                    fill: a.map_or(0.0, BloomArray::fill),
+                    formula_fp_rate: a.map_or(0.0, BloomArray::formula_fp_rate),
+                    fill_fp_rate: a.map_or(0.0, BloomArray::fill_fp_rate),
+                    observed_fp_rate: p.stats.observed_fp_rate(),
+                    age_s: p
+                        .received
+                        .map(|t| now.saturating_duration_since(t).as_secs_f64()),
+                    stats: p.stats.clone(),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Well-mixed stand-ins for MD5 keys (splitmix64).
+    fn key(i: u32) -> [u8; 16] {
+        let mix = |mut z: u64| {
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let a = mix(u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let b = mix(a ^ 0x5851_f42d_4c95_7f2d);
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&a.to_be_bytes());
+        k[8..].copy_from_slice(&b.to_be_bytes());
+        k
+    }
+
+    fn local(threshold: f64) -> LocalSummary {
+        LocalSummary::new(1000, 8, Hashing::DIGEST, threshold, 100)
+    }
+
+    #[test]
+    fn updates_follow_the_threshold_and_carry_the_changes() {
+        let mut l = local(0.01);
+        for i in 0..200 {
+            l.admitted(&key(i));
+        }
+        assert!(l.due());
+        let ups = l.take_updates();
+        assert_eq!(ups.len(), 3, "about 800 changed bits in 360-bit messages");
+        assert_eq!(
+            ups.iter().map(|u| u.seq).collect::<Vec<_>>(),
+            vec![101, 102, 103]
+        );
+        assert!(!l.due());
+        // 1 % of 200 documents: two changes make the next update due, one does not.
+        l.removed(&key(0));
+        assert!(!l.due());
+        l.admitted(&key(500));
+        assert!(l.due());
+    }
+
+    #[test]
+    fn a_peer_follows_through_deltas_and_a_full_array() {
+        let mut l = local(0.01);
+        let mut peers = PeerSummaries::new(1, Duration::from_secs(1));
+        let now = Instant::now();
+        let p = PeerId(0);
+        assert_eq!(peers.fetch_due(now), vec![p]);
+        for i in 0..100 {
+            l.admitted(&key(i));
+        }
+        peers.install_full(now, p, l.full_array(), 100);
+        assert!((0..100).all(|i| peers.candidates(&key(i), |_| true) == vec![p]));
+        for i in 100..150 {
+            l.admitted(&key(i));
+        }
+        for i in 0..50 {
+            l.removed(&key(i));
+        }
+        for u in l.take_updates() {
+            assert_eq!(peers.on_update(now, p, u, 1), UpdateVerdict::Applied);
+        }
+        let mine = l.full_array();
+        let theirs = peers.peers[0].array.as_ref().expect("array");
+        assert_eq!(theirs.mask(), &mine.mask[..], "deltas reproduce the array exactly");
+        assert!(peers.fetch_due(now).is_empty());
+    }
+
+    #[test]
+    fn a_lost_delta_asks_for_the_whole_array_and_replays_what_came_meanwhile() {
+        let mut l = local(0.0);
+        let mut peers = PeerSummaries::new(1, Duration::from_secs(1));
+        let t0 = Instant::now();
+        let p = PeerId(0);
+        peers.install_full(t0, p, l.full_array(), 0);
+        l.admitted(&key(1));
+        let lost = l.take_updates();
+        assert_eq!(lost.len(), 1);
+        l.admitted(&key(2));
+        let next = l.take_updates().remove(0);
+        assert_eq!(peers.on_update(t0, p, next.clone(), 1), UpdateVerdict::Held);
+        assert_eq!(peers.peers[0].stats.gaps, 1);
+        // The fetch started before `next` and the array it returns predates it.
+        let t1 = t0 + Duration::from_secs(2);
+        assert_eq!(peers.fetch_due(t1), vec![p]);
+        let mut old = l.full_array();
+        old.seq = next.seq - 1;
+        peers.install_full(t1, p, old, 0);
+        assert_eq!(peers.peers[0].seq, Some(next.seq), "the held delta was replayed");
+        // A duplicate is harmless.
+        assert_eq!(peers.on_update(t1, p, next, 1), UpdateVerdict::Stale);
+    }
+
+    #[test]
+    fn a_restart_or_new_parameters_ask_for_the_whole_array() {
+        let mut l = local(0.0);
+        let mut peers = PeerSummaries::new(1, Duration::from_secs(1));
+        let now = Instant::now();
+        let p = PeerId(0);
+        peers.install_full(now, p, l.full_array(), 0);
+        let mut restarted = LocalSummary::new(1000, 8, Hashing::DIGEST, 0.0, 9_000_000);
+        restarted.admitted(&key(3));
+        let u = restarted.take_updates().remove(0);
+        assert_eq!(peers.on_update(now, p, u, 1), UpdateVerdict::Held);
+        // A rebuild skips a number.
+        let mut peers = PeerSummaries::new(1, Duration::from_secs(1));
+        peers.install_full(now, p, l.full_array(), 0);
+        l.rebuild(3000, [key(1), key(2)].iter());
+        l.admitted(&key(4));
+        let u = l.take_updates().remove(0);
+        assert_eq!(peers.on_update(now, p, u, 1), UpdateVerdict::Held);
+    }
+
+    #[test]
+    fn rejected_summaries_make_the_peer_a_miss_and_back_off() {
+        let mut l = local(0.0);
+        l.admitted(&key(1));
+        let mut peers = PeerSummaries::new(1, Duration::from_secs(1));
+        let now = Instant::now();
+        let p = PeerId(0);
+        peers.install_full(now, p, l.full_array(), 0);
+        assert_eq!(peers.candidates(&key(1), |_| true), vec![p]);
+        peers.reject(now, p, Rejection::TooFull);
+        assert!(peers.candidates(&key(1), |_| true).is_empty());
+        assert!(peers.fetch_due(now + Duration::from_secs(1)).is_empty());
+        assert_eq!(peers.fetch_due(now + Duration::from_secs(3)), vec![p]);
+    }
+
+    #[test]
+    fn the_observed_false_positive_rate_matches_the_formula() {
+        // 2,000 documents at 8 bits each, 4 functions: the formula says 2.4 %.
+        let mut l = LocalSummary::new(2000, 8, Hashing::DIGEST, 0.01, 1);
+        for i in 0..2000 {
+            l.admitted(&key(i));
+        }
+        let mut peers = PeerSummaries::new(1, Duration::from_secs(1));
+        peers.install_full(Instant::now(), PeerId(0), l.full_array(), 0);
+        for i in 1_000_000..1_020_000 {
+            if !peers.candidates(&key(i), |_| true).is_empty() {
+                peers.false_hit(PeerId(0));
+            }
+        }
+        let r = &peers.reports(Instant::now())[0];
+        let observed = r.observed_fp_rate.expect("lookups");
+        assert!(
+            (observed - r.formula_fp_rate).abs() < 0.2 * r.formula_fp_rate,
+            "{observed} vs {}",
+            r.formula_fp_rate
+        );
+    }
+
+    #[test]
+    fn resize_when_the_store_outgrows_the_filter() {
+        let mut l = LocalSummary::new(100, 8, Hashing::DIGEST, 0.01, 1);
+        for i in 0..120 {
+            l.admitted(&key(i));
+        }
+        assert_eq!(l.resize_to(10), None);
+        for i in 120..130 {
+            l.admitted(&key(i));
+        }
+        assert_eq!(l.resize_to(10), Some(195));
+    }
+}

@@ -1,0 +1,575 @@
+//! The summary driver: runs `meshcache-dcm`'s summary machines (Summary Cache and Cache
+//! Digests) with the store-event stream, the ICP socket and HTTP.
+//!
+//! - [`run_local`] follows the store: every admission, eviction and invalidation reaches our
+//!   counting filter; with the `summary` protocol, an update goes to every peer by ICP
+//!   (`ICP_OP_DIRUPDATE`) once the share of changed documents passes the threshold; with
+//!   `digest`, the Cache Digest we serve is rebuilt every `digest_rebuild_period`. Store events
+//!   lost to a slow consumer, or a store that outgrew the filter, make it rebuild from the
+//!   store's keys.
+//! - [`run_fetch`] fetches whole summaries from peers: at start, when deltas were lost or a
+//!   peer restarted, and (digests) when a peer's digest expires. A summary that fails the
+//!   checks is refused with a counted, logged reason; the peer then counts as a miss.
+//! - [`serve`] answers `/squid-internal-periodic/store_digest` (Squid's URL: origin-form with
+//!   any host, or absolute with our own name or address and port) and
+//!   `/meshcache-internal/summary` (the whole Summary Cache array).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
+use meshcache_dcm::summary::{LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
+use meshcache_dcm::PeerId;
+use meshcache_store::StoreEvent;
+use meshcache_summary::{CacheDigest, Hashing};
+use meshcache_wire::summary as wire;
+use parking_lot::Mutex;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::watch;
+
+use crate::config::{Config, Protocol};
+use crate::Shared;
+
+/// Squid's path for a cache's own digest.
+pub const DIGEST_PATH: &str = "/squid-internal-periodic/store_digest";
+/// Our path for the whole Summary Cache array.
+pub const SUMMARY_PATH: &str = "/meshcache-internal/summary";
+/// Squid's `store_avg_object_size`, used to size the summary from the store's byte budget.
+const AVG_OBJECT_SIZE: u64 = 13 * 1024;
+/// The largest summary body we accept from a peer.
+const MAX_SUMMARY_BODY: usize = 64 << 20;
+
+/// The digest we serve: its bytes and times.
+struct Published {
+    body: Bytes,
+    built: SystemTime,
+    expires: SystemTime,
+}
+
+/// Node-wide summary counters.
+#[derive(Debug, Default)]
+pub struct SummaryCounters {
+    /// Delta-update datagrams sent (one per peer and message).
+    pub updates_sent: AtomicU64,
+    /// Bytes of those.
+    pub update_bytes_sent: AtomicU64,
+    /// Update datagrams received that did not decode, or came from nobody we exchange with.
+    pub bad_updates: AtomicU64,
+    /// Our digest or summary served to others.
+    pub served: AtomicU64,
+    /// Bytes of those.
+    pub served_bytes: AtomicU64,
+}
+
+/// The summary state of a node.
+pub struct Summaries {
+    protocol: Protocol,
+    local: Mutex<LocalSummary>,
+    peers: Mutex<PeerSummaries>,
+    /// Per peer: do we exchange summaries with it (not `no_digest`; `summary` needs its ICP).
+    exchanging: Vec<bool>,
+    published: Mutex<Option<Published>>,
+    /// Digests: when each peer's digest should be fetched again.
+    refresh: Mutex<HashMap<usize, Instant>>,
+    /// Counters.
+    pub counters: SummaryCounters,
+}
+
+impl Summaries {
+    /// The summary state `config` asks for, or `None` when its protocol keeps no summaries.
+    pub fn new(config: &Config) -> Option<Summaries> {
+        let c = &config.cooperation;
+        if !c.protocol.uses_summaries() {
+            return None;
+        }
+        let capacity = if c.summary_capacity > 0 {
+            c.summary_capacity
+        } else {
+            u32::try_from(config.store.memory / AVG_OBJECT_SIZE)
+                .unwrap_or(u32::MAX)
+                .max(100)
+        };
+        let hashing = Hashing::with_functions(c.summary_hash_functions).unwrap_or(Hashing::DIGEST);
+        let first_seq = {
+            let t = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(16) ^ std::process::id())
+                | 1
+        };
+        let mut local = LocalSummary::new(
+            capacity,
+            c.summary_bits_per_entry,
+            hashing,
+            c.summary_threshold,
+            first_seq,
+        );
+        if let IpAddr::V4(ip) = c.icp_listen.ip() {
+            local.set_sender(ip);
+        }
+        let exchanging = config
+            .peers
+            .iter()
+            .map(|p| !p.no_digest && (c.protocol != Protocol::Summary || p.icp.is_some()))
+            .collect();
+        Some(Summaries {
+            protocol: c.protocol,
+            local: Mutex::new(local),
+            peers: Mutex::new(PeerSummaries::new(config.peers.len(), Duration::from_secs(1))),
+            exchanging,
+            published: Mutex::new(None),
+            refresh: Mutex::new(HashMap::new()),
+            counters: SummaryCounters::default(),
+        })
+    }
+
+    /// Whether we exchange summaries with `peer`.
+    pub fn exchanging(&self, peer: PeerId) -> bool {
+        self.exchanging.get(peer.0).copied().unwrap_or(false)
+    }
+
+    /// Peers whose summary may hold `key` (counted as lookups).
+    pub fn candidates(&self, key: &[u8; 16]) -> Vec<PeerId> {
+        self.peers.lock().candidates(key, |p| self.exchanging(p))
+    }
+
+    /// A peer did not have what its summary promised.
+    pub fn false_hit(&self, peer: PeerId) {
+        self.peers.lock().false_hit(peer);
+    }
+
+    /// The report for `/stats`.
+    pub fn report(&self, names: &[String]) -> serde_json::Value {
+        let now = Instant::now();
+        let local = self.local.lock();
+        let f = local.filter();
+        let entries = f.entries();
+        let bits = f.bits();
+        let set = (0..bits).filter(|&b| f.is_set(b)).count() as u64;
+        let fill = set as f64 / bits.max(1) as f64;
+        let peers = self.peers.lock();
+        let reports: Vec<serde_json::Value> = peers
+            .reports(now)
+            .into_iter()
+            .zip(names)
+            .map(|(r, name)| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("name".into(), name.clone().into());
+                }
+                v
+            })
+            .collect();
+        serde_json::json!({
+            "protocol": match self.protocol { Protocol::Digest => "digest", _ => "summary" },
+            "local": {
+                "entries": entries,
+                "capacity": f.capacity(),
+                "bits": bits,
+                "bits_per_entry": f.bits_per_entry(),
+                "hash_functions": f.hashing().functions(),
+                "fill": fill,
+                "formula_fp_rate": meshcache_summary::bloom_fp_rate(entries, bits, u32::from(f.hashing().functions())),
+                "counter_bytes": f.memory(),
+                "counter_bytes_per_object": if entries > 0 { f.memory() as f64 / entries as f64 } else { 0.0 },
+                "saturated_counters": f.saturated(),
+                "changed_since_update": local.changed_docs(),
+                "updates": local.stats(),
+            },
+            "peer_memory_bytes": peers.memory(),
+            "updates_sent": self.counters.updates_sent.load(Relaxed),
+            "update_bytes_sent": self.counters.update_bytes_sent.load(Relaxed),
+            "bad_updates": self.counters.bad_updates.load(Relaxed),
+            "served": self.counters.served.load(Relaxed),
+            "served_bytes": self.counters.served_bytes.load(Relaxed),
+            "peers": reports,
+        })
+    }
+
+    /// Rebuilds the digest we serve from the counting filter.
+    fn publish(&self, period: Duration) {
+        let digest = self.local.lock().digest();
+        let built = SystemTime::now();
+        *self.published.lock() = Some(Published {
+            body: Bytes::from(digest.encode()),
+            built,
+            expires: built + period,
+        });
+    }
+}
+
+/// Follows the store: keeps our summary current, sends updates, rebuilds the digest.
+pub(crate) async fn run_local(
+    shared: Arc<Shared>,
+    mut events: tokio::sync::broadcast::Receiver<StoreEvent>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let Some(s) = shared.coop.summaries() else { return };
+    let period = shared.config.cooperation.digest_rebuild_period;
+    let min_capacity = u32::try_from(shared.config.store.memory / AVG_OBJECT_SIZE)
+        .unwrap_or(u32::MAX)
+        .max(100);
+    s.publish(period);
+    let mut rebuild = tokio::time::interval(period);
+    rebuild.tick().await;
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            ev = events.recv() => match ev {
+                Ok(ev) => {
+                    let mut lagged = false;
+                    let updates = {
+                        let mut local = s.local.lock();
+                        apply(&mut local, &ev);
+                        // Take whatever else is queued under the same lock.
+                        loop {
+                            match events.try_recv() {
+                                Ok(ev) => apply(&mut local, &ev),
+                                Err(TryRecvError::Lagged(_)) => {
+                                    lagged = true;
+                                    break;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        if lagged {
+                            Vec::new()
+                        } else if s.protocol == Protocol::Summary && local.due() {
+                            local.take_updates()
+                        } else {
+                            Vec::new()
+                        }
+                    };
+                    if lagged {
+                        tracing::warn!("summary fell behind the store; rebuilding it from the store");
+                        rebuild_from_store(&shared, s, None);
+                    }
+                    if !updates.is_empty() {
+                        send_updates(&shared, s, &updates).await;
+                    }
+                }
+                Err(RecvError::Lagged(n)) => {
+                    tracing::warn!(lost = n, "summary fell behind the store; rebuilding it from the store");
+                    rebuild_from_store(&shared, s, None);
+                }
+                Err(RecvError::Closed) => return,
+            },
+            _ = check.tick() => {
+                let resize = s.local.lock().resize_to(min_capacity);
+                if let Some(capacity) = resize {
+                    tracing::info!(capacity, "resizing the summary to the store");
+                    rebuild_from_store(&shared, s, Some(capacity));
+                    if s.protocol == Protocol::Digest {
+                        s.publish(period);
+                    }
+                }
+            }
+            _ = rebuild.tick() => s.publish(period),
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+fn apply(local: &mut LocalSummary, ev: &StoreEvent) {
+    let key = ev.key().0;
+    if ev.is_admission() {
+        local.admitted(&key);
+    } else {
+        local.removed(&key);
+    }
+}
+
+fn rebuild_from_store(shared: &Shared, s: &Summaries, capacity: Option<u32>) {
+    let keys = shared.cache.keys();
+    let mut local = s.local.lock();
+    let capacity = capacity.unwrap_or_else(|| local.filter().capacity());
+    local.rebuild(capacity, keys.iter().map(|k| &k.0));
+}
+
+/// Sends update messages to every peer we exchange summaries with.
+async fn send_updates(shared: &Shared, s: &Summaries, updates: &[wire::DirUpdate]) {
+    let Some(socket) = shared.coop.icp_socket() else { return };
+    let targets: Vec<SocketAddr> = shared
+        .config
+        .peers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| s.exchanging(PeerId(*i)))
+        .filter_map(|(_, p)| p.icp)
+        .collect();
+    let mut datagram = Vec::with_capacity(1500);
+    for u in updates {
+        datagram.clear();
+        if let Err(e) = wire::encode_dirupdate(u, &mut datagram) {
+            tracing::warn!(error = %e, "summary update not encodable");
+            continue;
+        }
+        for &to in &targets {
+            if socket.send_to(&datagram, to).await.is_ok() {
+                s.counters.updates_sent.fetch_add(1, Relaxed);
+                s.counters
+                    .update_bytes_sent
+                    .fetch_add(datagram.len() as u64, Relaxed);
+            }
+        }
+    }
+}
+
+/// An `ICP_OP_DIRUPDATE` datagram arrived from `from`.
+pub(crate) fn on_update_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) {
+    let Some(s) = shared.coop.summaries() else {
+        shared.coop.counters.dropped.fetch_add(1, Relaxed);
+        return;
+    };
+    let peer = shared.coop.peer_at(from).filter(|&p| s.exchanging(p));
+    let Some(peer) = peer else {
+        let n = s.counters.bad_updates.fetch_add(1, Relaxed) + 1;
+        if n.is_power_of_two() {
+            tracing::warn!(%from, bad = n, "summary update from a source we exchange no summaries with");
+        }
+        return;
+    };
+    match wire::decode_dirupdate(datagram) {
+        Ok(update) => {
+            let verdict = s
+                .peers
+                .lock()
+                .on_update(Instant::now(), peer, update, datagram.len() as u64);
+            if verdict == UpdateVerdict::Held {
+                tracing::debug!(%from, "summary update out of sequence; fetching the whole array");
+            }
+        }
+        Err(e) => {
+            let n = s.counters.bad_updates.fetch_add(1, Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(%from, error = %e, bad = n, "malformed summary update");
+            }
+        }
+    }
+}
+
+/// Fetches peers' whole summaries when they are due.
+pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let Some(s) = shared.coop.summaries() else { return };
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let now = Instant::now();
+        if s.protocol == Protocol::Digest {
+            let mut refresh = s.refresh.lock();
+            let mut peers = s.peers.lock();
+            refresh.retain(|&i, at| {
+                let due = now >= *at;
+                if due {
+                    peers.want_full(PeerId(i));
+                }
+                !due
+            });
+        }
+        let due = s.peers.lock().fetch_due(now);
+        for peer in due.into_iter().filter(|&p| s.exchanging(p)) {
+            let fetch = fetch_one(&shared, s, peer);
+            tokio::select! {
+                _ = fetch => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
+/// Fetches one peer's summary and installs (or refuses) it.
+async fn fetch_one(shared: &Shared, s: &Summaries, peer: PeerId) {
+    let spec = shared.coop.spec(peer);
+    let name = spec.name.clone();
+    let path = match s.protocol {
+        Protocol::Digest => DIGEST_PATH,
+        _ => SUMMARY_PATH,
+    };
+    let limit = shared.config.cooperation.peer_response_timeout * 2;
+    let got = tokio::time::timeout(limit, get(shared, spec.http, path)).await;
+    let now = Instant::now();
+    let (body, expires) = match got {
+        Ok(Ok(x)) => x,
+        Ok(Err(why)) => {
+            tracing::info!(peer = %name, %why, "could not fetch the peer's summary; retrying later");
+            s.peers.lock().reject(now, peer, Rejection::FetchFailed);
+            return;
+        }
+        Err(_) => {
+            tracing::info!(peer = %name, "peer's summary did not arrive in time; retrying later");
+            s.peers.lock().reject(now, peer, Rejection::FetchFailed);
+            return;
+        }
+    };
+    let bytes = body.len() as u64;
+    match s.protocol {
+        Protocol::Digest => match CacheDigest::decode(&body) {
+            Ok(d) => {
+                s.peers.lock().install_digest(now, peer, &d, bytes);
+                let period = shared.config.cooperation.digest_rebuild_period;
+                let ttl = expires
+                    .and_then(|e| e.duration_since(SystemTime::now()).ok())
+                    .unwrap_or(period)
+                    .clamp(Duration::from_secs(1), period);
+                s.refresh.lock().insert(peer.0, now + ttl);
+                tracing::debug!(peer = %name, entries = d.count(), fill = d.fill(), "peer digest installed");
+            }
+            Err(e) => {
+                let why = match e {
+                    meshcache_summary::DigestError::TooFull { .. } => Rejection::TooFull,
+                    _ => Rejection::Malformed,
+                };
+                tracing::warn!(peer = %name, error = %e, "refusing the peer's digest");
+                s.peers.lock().reject(now, peer, why);
+            }
+        },
+        _ => match wire::decode_full(&body) {
+            Ok(full) => {
+                s.peers.lock().install_full(now, peer, full, bytes);
+            }
+            Err(e) => {
+                let why = match e {
+                    meshcache_wire::WireError::TooFull { .. } => Rejection::TooFull,
+                    _ => Rejection::Malformed,
+                };
+                tracing::warn!(peer = %name, error = %e, "refusing the peer's summary");
+                s.peers.lock().reject(now, peer, why);
+            }
+        },
+    }
+}
+
+/// GETs `path` from a peer's HTTP port (origin-form, as Squid rewrites its internal URLs).
+async fn get(
+    shared: &Shared,
+    peer: SocketAddr,
+    path: &str,
+) -> Result<(Bytes, Option<SystemTime>), String> {
+    let host = peer.ip().to_string();
+    let mut req = Request::new(crate::upstream::no_body());
+    *req.method_mut() = Method::GET;
+    *req.uri_mut() = Uri::try_from(path).map_err(|e| e.to_string())?;
+    let h = req.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&peer.to_string()) {
+        h.insert(header::HOST, v);
+    }
+    h.append(header::ACCEPT, HeaderValue::from_static("application/cache-digest"));
+    h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
+    h.insert(header::VIA, shared.via.clone());
+    let (resp, lease) = shared
+        .upstream
+        .send(&host, peer.port(), req)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let expires = resp
+        .headers()
+        .get(header::EXPIRES)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| httpdate::parse_http_date(v).ok());
+    let body = Limited::new(resp.into_body(), MAX_SUMMARY_BODY)
+        .collect()
+        .await
+        .map_err(|e| format!("reading the body: {e}"))?
+        .to_bytes();
+    lease.release();
+    if status != StatusCode::OK {
+        let text = String::from_utf8_lossy(&body[..body.len().min(120)]).trim().to_owned();
+        return Err(format!("{status}: {text}"));
+    }
+    Ok((body, expires))
+}
+
+/// What an internal URL asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Internal {
+    /// Our Cache Digest.
+    Digest,
+    /// Our whole Summary Cache array.
+    Summary,
+}
+
+/// Whether `uri` names one of our internal objects: origin-form with the path (any Host, as
+/// Squid), or absolute with our own name or listening address and port.
+pub(crate) fn internal(config: &Config, uri: &Uri) -> Option<Internal> {
+    let which = match uri.path() {
+        DIGEST_PATH => Internal::Digest,
+        SUMMARY_PATH => Internal::Summary,
+        _ => return None,
+    };
+    let Some(auth) = uri.authority() else {
+        return Some(which);
+    };
+    let host = auth.host().trim_start_matches('[').trim_end_matches(']');
+    let port = auth.port_u16().unwrap_or(80);
+    let ours = config.http.listen.iter().any(|l| {
+        l.port() == port
+            && (host.eq_ignore_ascii_case(&config.name)
+                || host.parse::<IpAddr>().is_ok_and(|ip| ip == l.ip()))
+    });
+    ours.then_some(which)
+}
+
+/// The response to an internal request.
+pub(crate) fn serve(shared: &Shared, which: Internal) -> (StatusCode, HeaderMap, Bytes) {
+    let mut headers = HeaderMap::new();
+    let text = |headers: &mut HeaderMap, msg: &'static str| {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        (StatusCode::NOT_FOUND, Bytes::from_static(msg.as_bytes()))
+    };
+    let s = shared.coop.summaries();
+    let (status, body) = match (which, s) {
+        (Internal::Digest, Some(s)) if s.local.lock().filter().hashing() == Hashing::DIGEST => {
+            match &*s.published.lock() {
+                Some(p) => {
+                    headers.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/cache-digest"),
+                    );
+                    let date = |t: SystemTime| HeaderValue::from_str(&httpdate::fmt_http_date(t)).ok();
+                    if let Some(v) = date(p.expires) {
+                        headers.insert(header::EXPIRES, v);
+                    }
+                    if let Some(v) = date(p.built) {
+                        headers.insert(header::LAST_MODIFIED, v);
+                    }
+                    (StatusCode::OK, p.body.clone())
+                }
+                None => text(&mut headers, "This cache is currently building its digest.\n"),
+            }
+        }
+        (Internal::Digest, _) => text(&mut headers, "This cache does not support Cache Digests.\n"),
+        (Internal::Summary, Some(s)) if s.protocol == Protocol::Summary => {
+            match wire::encode_full(&s.local.lock().full_array()) {
+                Ok(body) => {
+                    headers.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/x-meshcache-summary"),
+                    );
+                    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+                    (StatusCode::OK, Bytes::from(body))
+                }
+                Err(_) => text(&mut headers, "This cache is currently building its summary.\n"),
+            }
+        }
+        (Internal::Summary, _) => text(&mut headers, "This cache does not exchange summaries.\n"),
+    };
+    if status == StatusCode::OK {
+        if let Some(s) = s {
+            s.counters.served.fetch_add(1, Relaxed);
+            s.counters.served_bytes.fetch_add(body.len() as u64, Relaxed);
+        }
+    }
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+    (status, headers, body)
+}
