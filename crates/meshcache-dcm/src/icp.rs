@@ -473,6 +473,16 @@ impl IcpMesh {
         }
     }
 
+    /// `peer` sent us something on its ICP address other than a reply (a summary update): it
+    /// is alive, though this answers no query of ours.
+    pub fn heard_from(&mut self, now: Instant, peer: PeerId) {
+        if let Some(p) = self.peers.get_mut(peer.0) {
+            if p.last_reply.is_none() {
+                p.last_reply = Some(now);
+            }
+        }
+    }
+
     /// A request was forwarded to `peer`.
     pub fn fetch_started(&mut self, peer: PeerId) {
         self.peers[peer.0].stats.fetches += 1;

@@ -357,7 +357,11 @@ impl PeerSummaries {
     }
 
     /// Peers (among `exchanging`) whose summary may hold `key`; counts the lookups.
-    pub fn candidates(&mut self, key: &[u8; 16], exchanging: impl Fn(PeerId) -> bool) -> Vec<PeerId> {
+    pub fn candidates(
+        &mut self,
+        key: &[u8; 16],
+        exchanging: impl Fn(PeerId) -> bool,
+    ) -> Vec<PeerId> {
         let mut hits = Vec::new();
         for (i, p) in self.peers.iter_mut().enumerate() {
             let Some(array) = &p.array else { continue };
@@ -382,7 +386,9 @@ impl PeerSummaries {
 
     /// Installs a Cache Digest fetched from `peer` (`bytes` long).
     pub fn install_digest(&mut self, now: Instant, peer: PeerId, digest: &CacheDigest, bytes: u64) {
-        let Some(p) = self.peers.get_mut(peer.0) else { return };
+        let Some(p) = self.peers.get_mut(peer.0) else {
+            return;
+        };
         p.array = Some(BloomArray::from_digest(digest));
         p.seq = None;
         p.received = Some(now);
@@ -395,7 +401,9 @@ impl PeerSummaries {
     /// Installs a whole summary array fetched from `peer` (`bytes` long), then replays the
     /// deltas that came while it was on its way.
     pub fn install_full(&mut self, now: Instant, peer: PeerId, full: FullArray, bytes: u64) {
-        let Some(p) = self.peers.get_mut(peer.0) else { return };
+        let Some(p) = self.peers.get_mut(peer.0) else {
+            return;
+        };
         let Some(hashing) = Hashing::new(full.params.functions, full.params.function_bits) else {
             p.stats.rejected_malformed += 1;
             p.array = None;
@@ -423,7 +431,13 @@ impl PeerSummaries {
     }
 
     /// A delta update from `peer` (`bytes` on the wire).
-    pub fn on_update(&mut self, now: Instant, peer: PeerId, update: DirUpdate, bytes: u64) -> UpdateVerdict {
+    pub fn on_update(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        update: DirUpdate,
+        bytes: u64,
+    ) -> UpdateVerdict {
         let Some(p) = self.peers.get_mut(peer.0) else {
             return UpdateVerdict::Unknown;
         };
@@ -461,6 +475,9 @@ impl PeerSummaries {
             for u in &update.updates {
                 array.put(u64::from(u.bit), u.set);
             }
+            // Deltas carry no document count: estimate it from the bits set.
+            let estimate = array.estimated_entries();
+            array.set_entries(estimate);
         }
         p.seq = Some(update.seq);
         p.received = Some(now);
@@ -470,7 +487,9 @@ impl PeerSummaries {
     /// A summary from `peer` was refused, or could not be fetched: it no longer counts (the
     /// peer is a miss for everything) and the next fetch waits, longer after each failure.
     pub fn reject(&mut self, now: Instant, peer: PeerId, why: Rejection) {
-        let Some(p) = self.peers.get_mut(peer.0) else { return };
+        let Some(p) = self.peers.get_mut(peer.0) else {
+            return;
+        };
         match why {
             Rejection::Malformed => p.stats.rejected_malformed += 1,
             Rejection::TooFull => p.stats.rejected_too_full += 1,
@@ -614,7 +633,11 @@ mod tests {
         }
         let mine = l.full_array();
         let theirs = peers.peers[0].array.as_ref().expect("array");
-        assert_eq!(theirs.mask(), &mine.mask[..], "deltas reproduce the array exactly");
+        assert_eq!(
+            theirs.mask(),
+            &mine.mask[..],
+            "deltas reproduce the array exactly"
+        );
         assert!(peers.fetch_due(now).is_empty());
     }
 
@@ -638,7 +661,11 @@ mod tests {
         let mut old = l.full_array();
         old.seq = next.seq - 1;
         peers.install_full(t1, p, old, 0);
-        assert_eq!(peers.peers[0].seq, Some(next.seq), "the held delta was replayed");
+        assert_eq!(
+            peers.peers[0].seq,
+            Some(next.seq),
+            "the held delta was replayed"
+        );
         // A duplicate is harmless.
         assert_eq!(peers.on_update(t1, p, next, 1), UpdateVerdict::Stale);
     }

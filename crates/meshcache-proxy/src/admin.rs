@@ -162,7 +162,9 @@ fn cooperation_metrics(shared: &Shared, out: &mut String) {
 /// Summary lines of `/metrics` (summary and digest protocols), from the `/stats` report.
 fn summary_metrics(shared: &Shared, out: &mut String) {
     use std::fmt::Write as _;
-    let Some(s) = shared.coop.summaries() else { return };
+    let Some(s) = shared.coop.summaries() else {
+        return;
+    };
     let names: Vec<String> = shared.config.peers.iter().map(|p| p.name.clone()).collect();
     let r = s.report(&names);
     let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
@@ -171,8 +173,16 @@ fn summary_metrics(shared: &Shared, out: &mut String) {
         ("entries", "Documents in our summary.", &local["entries"]),
         ("bits", "Size of our summary in bits.", &local["bits"]),
         ("fill", "Share of our summary's bits set.", &local["fill"]),
-        ("counter_bytes", "Memory of our counting filter.", &local["counter_bytes"]),
-        ("peer_bytes", "Memory of the peers' summaries.", &r["peer_memory_bytes"]),
+        (
+            "counter_bytes",
+            "Memory of our counting filter.",
+            &local["counter_bytes"],
+        ),
+        (
+            "peer_bytes",
+            "Memory of the peers' summaries.",
+            &r["peer_memory_bytes"],
+        ),
     ] {
         let _ = writeln!(out, "# HELP meshcache_summary_{name} {help}\n# TYPE meshcache_summary_{name} gauge\nmeshcache_summary_{name} {}", num(v));
     }
@@ -183,15 +193,28 @@ fn summary_metrics(shared: &Shared, out: &mut String) {
         ("served", &r["served"]),
         ("served_bytes", &r["served_bytes"]),
     ] {
-        let _ = writeln!(out, "# TYPE meshcache_summary_{name}_total counter\nmeshcache_summary_{name}_total {}", num(v));
+        let _ = writeln!(
+            out,
+            "# TYPE meshcache_summary_{name}_total counter\nmeshcache_summary_{name}_total {}",
+            num(v)
+        );
     }
     let _ = writeln!(out, "# HELP meshcache_peer_summary_events_total Summary lookups, hits, false hits, fetches and updates per peer.\n# TYPE meshcache_peer_summary_events_total counter");
     let peers = r["peers"].as_array().cloned().unwrap_or_default();
     for p in &peers {
         let name = p["name"].as_str().unwrap_or("");
         for event in [
-            "lookups", "summary_hits", "false_hits", "full_fetches", "full_bytes", "updates",
-            "update_bytes", "gaps", "rejected_malformed", "rejected_too_full", "fetch_failures",
+            "lookups",
+            "summary_hits",
+            "false_hits",
+            "full_fetches",
+            "full_bytes",
+            "updates",
+            "update_bytes",
+            "gaps",
+            "rejected_malformed",
+            "rejected_too_full",
+            "fetch_failures",
         ] {
             let _ = writeln!(
                 out,

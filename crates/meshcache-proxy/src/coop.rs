@@ -141,6 +141,11 @@ impl Coop {
         self.mesh.lock().peer_at(addr)
     }
 
+    /// `peer` sent a summary update: its ICP side is alive.
+    pub(crate) fn heard_from(&self, peer: PeerId) {
+        self.mesh.lock().heard_from(Instant::now(), peer);
+    }
+
     /// The ICP socket's address, when ICP is on.
     pub fn icp_addr(&self) -> Option<SocketAddr> {
         self.icp.get().and_then(|s| s.local_addr().ok())
@@ -164,7 +169,10 @@ impl Coop {
                 };
                 let now = Instant::now();
                 if self.config.protocol == Protocol::Digest {
-                    return self.mesh.lock().digest_route(now, host, hierarchical, &hits);
+                    return self
+                        .mesh
+                        .lock()
+                        .digest_route(now, host, hierarchical, &hits);
                 }
                 self.mesh
                     .lock()

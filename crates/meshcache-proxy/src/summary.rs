@@ -100,8 +100,7 @@ impl Summaries {
             let t = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default();
-            (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(16) ^ std::process::id())
-                | 1
+            (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(16) ^ std::process::id()) | 1
         };
         let mut local = LocalSummary::new(
             capacity,
@@ -121,7 +120,10 @@ impl Summaries {
         Some(Summaries {
             protocol: c.protocol,
             local: Mutex::new(local),
-            peers: Mutex::new(PeerSummaries::new(config.peers.len(), Duration::from_secs(1))),
+            peers: Mutex::new(PeerSummaries::new(
+                config.peers.len(),
+                Duration::from_secs(1),
+            )),
             exchanging,
             published: Mutex::new(None),
             refresh: Mutex::new(HashMap::new()),
@@ -210,7 +212,9 @@ pub(crate) async fn run_local(
     mut events: tokio::sync::broadcast::Receiver<StoreEvent>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let Some(s) = shared.coop.summaries() else { return };
+    let Some(s) = shared.coop.summaries() else {
+        return;
+    };
     let period = shared.config.cooperation.digest_rebuild_period;
     let min_capacity = u32::try_from(shared.config.store.memory / AVG_OBJECT_SIZE)
         .unwrap_or(u32::MAX)
@@ -294,7 +298,9 @@ fn rebuild_from_store(shared: &Shared, s: &Summaries, capacity: Option<u32>) {
 
 /// Sends update messages to every peer we exchange summaries with.
 async fn send_updates(shared: &Shared, s: &Summaries, updates: &[wire::DirUpdate]) {
-    let Some(socket) = shared.coop.icp_socket() else { return };
+    let Some(socket) = shared.coop.icp_socket() else {
+        return;
+    };
     let targets: Vec<SocketAddr> = shared
         .config
         .peers
@@ -337,10 +343,11 @@ pub(crate) fn on_update_datagram(shared: &Shared, datagram: &[u8], from: SocketA
     };
     match wire::decode_dirupdate(datagram) {
         Ok(update) => {
-            let verdict = s
-                .peers
-                .lock()
-                .on_update(Instant::now(), peer, update, datagram.len() as u64);
+            shared.coop.heard_from(peer);
+            let verdict =
+                s.peers
+                    .lock()
+                    .on_update(Instant::now(), peer, update, datagram.len() as u64);
             if verdict == UpdateVerdict::Held {
                 tracing::debug!(%from, "summary update out of sequence; fetching the whole array");
             }
@@ -356,7 +363,9 @@ pub(crate) fn on_update_datagram(shared: &Shared, datagram: &[u8], from: SocketA
 
 /// Fetches peers' whole summaries when they are due.
 pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let Some(s) = shared.coop.summaries() else { return };
+    let Some(s) = shared.coop.summaries() else {
+        return;
+    };
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {
@@ -462,7 +471,10 @@ async fn get(
     if let Ok(v) = HeaderValue::from_str(&peer.to_string()) {
         h.insert(header::HOST, v);
     }
-    h.append(header::ACCEPT, HeaderValue::from_static("application/cache-digest"));
+    h.append(
+        header::ACCEPT,
+        HeaderValue::from_static("application/cache-digest"),
+    );
     h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
     h.insert(header::VIA, shared.via.clone());
     let (resp, lease) = shared
@@ -483,7 +495,9 @@ async fn get(
         .to_bytes();
     lease.release();
     if status != StatusCode::OK {
-        let text = String::from_utf8_lossy(&body[..body.len().min(120)]).trim().to_owned();
+        let text = String::from_utf8_lossy(&body[..body.len().min(120)])
+            .trim()
+            .to_owned();
         return Err(format!("{status}: {text}"));
     }
     Ok((body, expires))
@@ -536,7 +550,8 @@ pub(crate) fn serve(shared: &Shared, which: Internal) -> (StatusCode, HeaderMap,
                         header::CONTENT_TYPE,
                         HeaderValue::from_static("application/cache-digest"),
                     );
-                    let date = |t: SystemTime| HeaderValue::from_str(&httpdate::fmt_http_date(t)).ok();
+                    let date =
+                        |t: SystemTime| HeaderValue::from_str(&httpdate::fmt_http_date(t)).ok();
                     if let Some(v) = date(p.expires) {
                         headers.insert(header::EXPIRES, v);
                     }
@@ -545,7 +560,10 @@ pub(crate) fn serve(shared: &Shared, which: Internal) -> (StatusCode, HeaderMap,
                     }
                     (StatusCode::OK, p.body.clone())
                 }
-                None => text(&mut headers, "This cache is currently building its digest.\n"),
+                None => text(
+                    &mut headers,
+                    "This cache is currently building its digest.\n",
+                ),
             }
         }
         (Internal::Digest, _) => text(&mut headers, "This cache does not support Cache Digests.\n"),
@@ -559,7 +577,10 @@ pub(crate) fn serve(shared: &Shared, which: Internal) -> (StatusCode, HeaderMap,
                     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
                     (StatusCode::OK, Bytes::from(body))
                 }
-                Err(_) => text(&mut headers, "This cache is currently building its summary.\n"),
+                Err(_) => text(
+                    &mut headers,
+                    "This cache is currently building its summary.\n",
+                ),
             }
         }
         (Internal::Summary, _) => text(&mut headers, "This cache does not exchange summaries.\n"),
@@ -567,7 +588,9 @@ pub(crate) fn serve(shared: &Shared, which: Internal) -> (StatusCode, HeaderMap,
     if status == StatusCode::OK {
         if let Some(s) = s {
             s.counters.served.fetch_add(1, Relaxed);
-            s.counters.served_bytes.fetch_add(body.len() as u64, Relaxed);
+            s.counters
+                .served_bytes
+                .fetch_add(body.len() as u64, Relaxed);
         }
     }
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));

@@ -91,6 +91,15 @@ impl BloomArray {
         true
     }
 
+    /// The number of documents the bits set imply: `−(m/k)·ln(1 − X/m)` for `X` of `m` bits
+    /// set (the usual estimate; exact while no two documents share a bit).
+    pub fn estimated_entries(&self) -> u64 {
+        let m = self.bits as f64;
+        let k = f64::from(self.hashing.functions());
+        let x = (self.set as f64).min(m - 1.0);
+        (-(m / k) * (1.0 - x / m).ln()).round() as u64
+    }
+
     /// Updates the number of documents the sender says it summarises.
     pub fn set_entries(&mut self, entries: u64) {
         self.entries = entries;
