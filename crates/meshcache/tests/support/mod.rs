@@ -103,6 +103,7 @@ pub struct Squid {
     dir: tempfile::TempDir,
     child: Option<Child>,
     pid: u32,
+    digests: bool,
 }
 
 impl Squid {
@@ -126,6 +127,7 @@ impl Squid {
             dir,
             child: None,
             pid: 0,
+            digests: false,
         }
     }
 
@@ -185,10 +187,17 @@ http_access deny all
 icp_access allow localnet
 icp_access deny all
 miss_access allow localnet
-miss_access deny all
+{miss_rest}
 debug_options ALL,1 12,3 15,3
 {extra}
-"
+",
+            // Squid's own digest fetches have no client address: `deny all` would refuse them
+            // with a local 403 (and Squid then waits 5 minutes before trying again).
+            miss_rest = if self.digests {
+                "miss_access allow all"
+            } else {
+                "miss_access deny all"
+            }
         )
     }
 
@@ -263,6 +272,46 @@ debug_options ALL,1 12,3 15,3
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+
+    /// Config lines for a small disk cache with Cache Digests on (Squid builds digests only
+    /// with a `cache_dir`), rebuilt and rewritten every `period_s` seconds. Call
+    /// [`Squid::create_swap_dirs`] with the same `extra` before [`Squid::start`].
+    pub fn digest_lines(&mut self, period_s: u32) -> String {
+        self.digests = true;
+        format!(
+            "cache_dir ufs {}/cache 32 4 4\ndigest_generation on\ndigest_rebuild_period {period_s} seconds\ndigest_rewrite_period {period_s} seconds\n",
+            self.dir.path().display()
+        )
+    }
+
+    /// Writes the config and runs `squid -z` to create the cache_dir's swap directories.
+    pub fn create_swap_dirs(&self, squid_bin: &Path, extra: &str) {
+        let cache = self.dir.path().join("cache");
+        std::fs::create_dir_all(&cache).expect("cache dir");
+        let _ = Command::new("chown")
+            .arg("proxy:proxy")
+            .arg(&cache)
+            .stderr(Stdio::null())
+            .status();
+        let conf = self.dir.path().join("squid.conf");
+        std::fs::write(&conf, self.config(extra)).expect("write squid.conf");
+        let service: String = format!("mc{}z", self.name)
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect();
+        let out = Command::new(squid_bin)
+            .args(["-N", "-z", "-n", &service, "-f"])
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .output()
+            .expect("squid -z");
+        assert!(
+            out.status.success(),
+            "squid -z failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.diagnostics()
+        );
     }
 
     /// Sends a signal (`-STOP`, `-CONT`, `-KILL`) to the process.
