@@ -148,9 +148,16 @@ impl LocalSummary {
         self.stats.rebuilds += 1;
     }
 
-    /// Whether enough documents changed since the last update to publish one.
+    /// Whether enough documents changed since the last update to publish one: the threshold
+    /// share of the documents cached, or of the documents the summary is sized for while the
+    /// cache is still filling (an empty cache would otherwise send an update for every one of
+    /// its first hundred documents, and about 100·ln(N) updates on its way to N).
     pub fn due(&self) -> bool {
-        let entries = self.filter.entries().max(1) as f64;
+        let entries = self
+            .filter
+            .entries()
+            .max(u64::from(self.filter.capacity()))
+            .max(1) as f64;
         !self.pending.is_empty() && self.changed_docs as f64 >= self.threshold * entries
     }
 
@@ -264,6 +271,9 @@ pub struct SummaryStats {
     pub summary_hits: u64,
     /// Summary hits the peer did not have (ICP MISS, or 504 to `only-if-cached`).
     pub false_hits: u64,
+    /// The false hits the Bloom formula expects, summed over lookups: each lookup adds
+    /// `(1 − e^(−kn/m))^k` for the summary as it was then.
+    pub expected_false_hits: f64,
     /// Whole arrays (or digests) installed.
     pub full_fetches: u64,
     /// Bytes of those.
@@ -330,8 +340,10 @@ pub struct PeerSummaryReport {
     pub entries: u64,
     /// Share of bits set.
     pub fill: f64,
-    /// The false-positive rate the Bloom formula gives for its entries and size.
+    /// The false-positive rate the Bloom formula gives for its entries and size now.
     pub formula_fp_rate: f64,
+    /// The formula's rate averaged over the lookups made (summaries change as caches fill).
+    pub formula_fp_rate_over_lookups: Option<f64>,
     /// The false-positive rate its fill implies (`fill^k`).
     pub fill_fp_rate: f64,
     /// The false-positive rate observed (false hits over lookups of absent objects).
@@ -369,6 +381,7 @@ impl PeerSummaries {
                 continue;
             }
             p.stats.lookups += 1;
+            p.stats.expected_false_hits += array.formula_fp_rate();
             if array.contains(key) {
                 p.stats.summary_hits += 1;
                 hits.push(PeerId(i));
@@ -556,6 +569,8 @@ impl PeerSummaries {
                     formula_fp_rate: a.map_or(0.0, BloomArray::formula_fp_rate),
                     fill_fp_rate: a.map_or(0.0, BloomArray::fill_fp_rate),
                     observed_fp_rate: p.stats.observed_fp_rate(),
+                    formula_fp_rate_over_lookups: (p.stats.lookups > 0)
+                        .then(|| p.stats.expected_false_hits / p.stats.lookups as f64),
                     age_s: p
                         .received
                         .map(|t| now.saturating_duration_since(t).as_secs_f64()),
@@ -603,8 +618,11 @@ mod tests {
             vec![101, 102, 103]
         );
         assert!(!l.due());
-        // 1 % of 200 documents: two changes make the next update due, one does not.
-        l.removed(&key(0));
+        // 1 % of the 1,000 documents it is sized for (more than the 200 it holds): ten
+        // changes make the next update due, nine do not.
+        for i in 0..9 {
+            l.removed(&key(i));
+        }
         assert!(!l.due());
         l.admitted(&key(500));
         assert!(l.due());

@@ -270,9 +270,19 @@ pub struct RunConfig {
     pub name: String,
     /// The topology: a built-in name or a custom one.
     pub topology: String,
-    /// Cooperation protocol of every node: "none" or "icp".
+    /// Cooperation protocol of every node: "none", "icp", "summary" (meshcache only) or
+    /// "digest".
     #[serde(default = "none")]
     pub protocol: String,
+    /// Summary protocol: share of changed documents that triggers an update (default 0.01).
+    #[serde(default)]
+    pub summary_threshold: Option<f64>,
+    /// Summary and digest protocols: Bloom filter bits per document (default: meshcache's, 8).
+    #[serde(default)]
+    pub bits_per_entry: Option<u8>,
+    /// Digest protocol: how often each node rebuilds its digest (default 60 s).
+    #[serde(default, with = "humantime_serde::option")]
+    pub digest_period: Option<Duration>,
     /// The configuration the others are compared with.
     #[serde(default)]
     pub baseline: bool,
@@ -439,11 +449,33 @@ impl Experiment {
             if !names.insert(c.name.as_str()) {
                 return Err(invalid(key("name"), format!("duplicate name {:?}", c.name)));
             }
-            if !matches!(c.protocol.as_str(), "none" | "icp") {
+            if !matches!(c.protocol.as_str(), "none" | "icp" | "summary" | "digest") {
                 return Err(invalid(
                     key("protocol"),
-                    format!("unknown protocol {:?} (known: none, icp)", c.protocol),
+                    format!(
+                        "unknown protocol {:?} (known: none, icp, summary, digest)",
+                        c.protocol
+                    ),
                 ));
+            }
+            let products = if c.products.is_empty() {
+                &self.products
+            } else {
+                &c.products
+            };
+            if c.protocol == "summary" && products.contains(&Product::Squid) {
+                return Err(invalid(
+                    key("products"),
+                    "Squid does not speak Summary Cache (SC-ICP): give this config products = [\"meshcache\"]",
+                ));
+            }
+            if c.summary_threshold
+                .is_some_and(|t| !(0.001..=0.1).contains(&t))
+            {
+                return Err(invalid(key("summary_threshold"), "must be 0.001 to 0.1"));
+            }
+            if c.digest_period.is_some_and(|d| d < Duration::from_secs(1)) {
+                return Err(invalid(key("digest_period"), "must be at least 1s"));
             }
             let topo = Topology::build(&c.topology, self)
                 .map_err(|reason| invalid(key("topology"), reason))?;

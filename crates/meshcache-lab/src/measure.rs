@@ -201,6 +201,24 @@ pub struct NodeCounters {
     pub search_s: f64,
     /// HTTP requests received from peers.
     pub peer_requests: u64,
+    /// Bytes of inter-cache datagrams sent (ICP, summary updates).
+    pub udp_bytes_sent: u64,
+    /// Bytes of whole summaries or digests served to peers.
+    pub summary_bytes_served: u64,
+    /// Misses looked up in peers' summaries (one per peer consulted).
+    pub summary_lookups: u64,
+    /// Lookups a summary answered "maybe".
+    pub summary_hits: u64,
+    /// Summary hits the peer did not have.
+    pub false_hits: u64,
+    /// False hits the Bloom formula expects over the lookups made (each lookup adds the
+    /// formula's rate for the summary as it was then).
+    pub expected_false_hits: f64,
+    /// At the snapshot: documents in the node's own summary (a gauge).
+    pub summary_entries: u64,
+    /// At the snapshot: bytes of the node's counting filter plus its copies of peers'
+    /// summaries (a gauge).
+    pub summary_memory: u64,
 }
 
 impl NodeCounters {
@@ -213,6 +231,16 @@ impl NodeCounters {
             peer_s: (self.peer_s - e.peer_s).max(0.0),
             search_s: (self.search_s - e.search_s).max(0.0),
             peer_requests: self.peer_requests.saturating_sub(e.peer_requests),
+            udp_bytes_sent: self.udp_bytes_sent.saturating_sub(e.udp_bytes_sent),
+            summary_bytes_served: self
+                .summary_bytes_served
+                .saturating_sub(e.summary_bytes_served),
+            summary_lookups: self.summary_lookups.saturating_sub(e.summary_lookups),
+            summary_hits: self.summary_hits.saturating_sub(e.summary_hits),
+            false_hits: self.false_hits.saturating_sub(e.false_hits),
+            expected_false_hits: (self.expected_false_hits - e.expected_false_hits).max(0.0),
+            summary_entries: self.summary_entries,
+            summary_memory: self.summary_memory,
         }
     }
 }
@@ -223,13 +251,29 @@ pub fn parse_meshcache_stats(json: &serde_json::Value) -> NodeCounters {
     let f = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
     let icp = &json["icp"];
     let eff = &json["efficiency"];
+    let sum = &json["summary"];
+    let peers = sum["peers"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let stat = |k: &str| peers.iter().map(|p| u(&p["stats"][k])).sum::<u64>();
+    let lookups = stat("lookups");
+    let expected_false_hits = peers
+        .iter()
+        .map(|p| f(&p["stats"]["expected_false_hits"]))
+        .sum::<f64>();
     NodeCounters {
-        udp_sent: u(&icp["queries_sent"]) + u(&icp["replies_sent"]),
+        udp_sent: u(&icp["queries_sent"]) + u(&icp["replies_sent"]) + u(&sum["updates_sent"]),
         udp_received: u(&icp["queries_received"]) + u(&icp["replies_received"]),
         client_s: f(&eff["client_s"]),
         peer_s: f(&eff["peer_s"]),
         search_s: f(&eff["search_s"]),
-        peer_requests: u(&json["requests_from_peers"]),
+        peer_requests: u(&json["requests_received"]["from_peers"]),
+        udp_bytes_sent: u(&icp["bytes_sent"]),
+        summary_bytes_served: u(&sum["served_bytes"]),
+        summary_lookups: lookups,
+        summary_hits: stat("summary_hits"),
+        false_hits: stat("false_hits"),
+        expected_false_hits,
+        summary_entries: u(&sum["local"]["entries"]),
+        summary_memory: u(&sum["local"]["counter_bytes"]) + u(&sum["peer_memory_bytes"]),
     }
 }
 
@@ -244,6 +288,8 @@ pub fn parse_squid_counters(text: &str) -> NodeCounters {
         match k.trim() {
             "icp.pkts_sent" => c.udp_sent = v,
             "icp.pkts_recv" => c.udp_received = v,
+            "icp.kbytes_sent" => c.udp_bytes_sent = v * 1024,
+            "cd.kbytes_sent" => c.summary_bytes_served = v * 1024,
             _ => {}
         }
     }

@@ -352,6 +352,8 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
         origin_requests: med_u(&|c| c.origin_requests),
         tcp_messages: med_u(&|c| c.tcp_messages),
         intercache_messages_per_request: med(&|c| c.intercache_messages_per_request),
+        intercache_bytes_per_request: med(&|c| c.intercache_bytes_per_request),
+        summary: representative.summary.clone(),
         efficiency: med(&|c| c.efficiency),
         nodes,
     }
@@ -574,6 +576,19 @@ pub fn group_markdown(group: &Group) -> String {
     }
     let _ = writeln!(s, "\n### Hierarchy\n");
     s.push_str(&hierarchy_table(group));
+    if group.rows.iter().any(|r| r.config.protocol != "none") {
+        let _ = writeln!(s, "\n### Inter-cache traffic\n");
+        s.push_str(&cooperation_table(group));
+        let _ = writeln!(
+            s,
+            "\nMessages: ICP and summary-update datagrams sent, plus two per HTTP request between \
+             caches (object fetches and summary or digest transfers). Bytes: the datagrams and the \
+             summaries or digests served, not the objects. \"vs ICP\": how many times fewer \
+             messages than the same product's ICP row. False-positive rates: observed (false \
+             hits over lookups of objects the peer did not hold) and the Bloom formula's \
+             `(1 − e^(−kn/m))^k` for the summaries' sizes."
+        );
+    }
     let _ = writeln!(s, "\n### CPU per node\n");
     s.push_str(&cpu_table(group));
     let _ = writeln!(s, "\n### Latency\n");
@@ -662,6 +677,68 @@ pub fn overhead_table(group: &Group) -> String {
             rows.push(over);
         }
     }
+    table(&header, &align, &rows)
+}
+
+/// Inter-cache messages and bytes per request, the reduction against ICP, and how the
+/// summaries did (lookups, false hits, observed and formula false-positive rates, memory).
+pub fn cooperation_table(group: &Group) -> String {
+    let header = [
+        "configuration",
+        "protocol",
+        "msgs/req",
+        "bytes/req",
+        "vs ICP",
+        "hit ratio",
+        "lookups",
+        "false hits",
+        "FP observed",
+        "FP formula",
+        "summary B/object",
+    ];
+    let align: Vec<bool> = (0..header.len()).map(|i| i >= 2).collect();
+    let icp = |product: &str| {
+        group
+            .rows
+            .iter()
+            .map(|r| &r.config)
+            .find(|c| c.protocol == "icp" && c.product == product)
+    };
+    let rows: Vec<Vec<String>> = group
+        .rows
+        .iter()
+        .map(|r| {
+            let c = &r.config;
+            let vs = match icp(&c.product) {
+                Some(i) if c.protocol != "icp" && c.intercache_messages_per_request > 0.0 => {
+                    format!(
+                        "{:.0}x fewer",
+                        i.intercache_messages_per_request / c.intercache_messages_per_request
+                    )
+                }
+                _ => String::new(),
+            };
+            let mut row = vec![
+                c.name.clone(),
+                c.protocol.clone(),
+                format!("{:.3}", c.intercache_messages_per_request),
+                format!("{:.1}", c.intercache_bytes_per_request),
+                vs,
+                fmt_pct(c.hit_ratio),
+            ];
+            match &c.summary {
+                Some(f) => row.extend([
+                    f.lookups.to_string(),
+                    f.false_hits.to_string(),
+                    format!("{:.2}%", f.observed_fp_rate * 100.0),
+                    format!("{:.2}%", f.formula_fp_rate * 100.0),
+                    format!("{:.2}", f.memory_per_object),
+                ]),
+                None => row.extend((0..5).map(|_| String::new())),
+            }
+            row
+        })
+        .collect();
     table(&header, &align, &rows)
 }
 

@@ -108,6 +108,15 @@ pub struct ConfigResult {
     pub tcp_messages: u64,
     /// Inter-cache messages (queries, replies, peer HTTP requests) per client request.
     pub intercache_messages_per_request: f64,
+    /// Bytes of inter-cache protocol messages per client request: ICP and summary-update
+    /// datagrams sent, plus whole summaries or digests served (not the objects peers fetch,
+    /// which every protocol moves alike).
+    #[serde(default)]
+    pub intercache_bytes_per_request: f64,
+    /// Summary and digest protocols: lookups in peers' summaries, the hits among them, and
+    /// the false hits; the observed false-positive rate and the Bloom formula's.
+    #[serde(default)]
+    pub summary: Option<SummaryFigures>,
     /// Computational efficiency (the hierarchy paper's, from the requestor's perspective): of
     /// the CPU time of the nodes that serve clients, the share spent serving them.
     pub efficiency: f64,
@@ -165,4 +174,22 @@ pub struct NodeResult {
     pub search_s: f64,
     /// The rest of its CPU time: client_s + peer_s + search_s + overhead_s = user + sys.
     pub overhead_s: f64,
+}
+
+/// How the summaries did (summary and digest protocols, meshcache nodes).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SummaryFigures {
+    /// Lookups of misses in peers' summaries.
+    pub lookups: u64,
+    /// Lookups a summary answered "maybe".
+    pub summary_hits: u64,
+    /// Summary hits the peer did not have.
+    pub false_hits: u64,
+    /// False hits over lookups of objects the peer did not hold.
+    pub observed_fp_rate: f64,
+    /// The Bloom formula's rate for the summaries' size and documents, weighted by lookups.
+    pub formula_fp_rate: f64,
+    /// Summary memory per cached document, bytes: each node's counting filter plus its copies
+    /// of the peers' arrays, over the documents in its own summary (averaged over nodes).
+    pub memory_per_object: f64,
 }

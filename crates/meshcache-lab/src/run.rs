@@ -520,6 +520,17 @@ async fn run_one(
         _links: links,
         origins,
     };
+    let digest_period = p.config.digest_period.unwrap_or(Duration::from_secs(60));
+    let mut cooperation = vec![format!(
+        "digest_rebuild_period = \"{}s\"",
+        digest_period.as_secs().max(1)
+    )];
+    if let Some(t) = p.config.summary_threshold {
+        cooperation.push(format!("summary_threshold = {t}"));
+    }
+    if let Some(b) = p.config.bits_per_entry {
+        cooperation.push(format!("summary_bits_per_entry = {b}"));
+    }
     for (i, tn) in topo.nodes.iter().enumerate() {
         let peers = tn
             .neighbours
@@ -543,7 +554,9 @@ async fn run_one(
             dir: dir.join(&tn.name),
             memory,
             max_object_size,
-            icp: p.config.protocol == "icp",
+            protocol: p.config.protocol.clone(),
+            cooperation: cooperation.clone(),
+            digest_period_s: digest_period.as_secs(),
             persistent: p.config.persistent.unwrap_or(exp.nodes.persistent),
             query_lone_parent: p.config.query_lone_parent,
             peers,
@@ -751,6 +764,9 @@ fn summarize(
     };
     let mut nodes = Vec::new();
     let (mut user, mut sys, mut udp, mut sent, mut peer_http) = (0.0, 0.0, 0u64, 0u64, 0u64);
+    let mut bytes = 0u64;
+    let mut sf = crate::results::SummaryFigures::default();
+    let (mut fp_weighted, mut mem_per_object, mut summary_nodes) = (0.0, 0.0, 0u32);
     let (mut client_s, mut cpu_with_breakdown) = (0.0, 0.0);
     for (i, n) in running.nodes.iter().enumerate() {
         let cpu = after.cpu[i].since(before.cpu[i]);
@@ -767,6 +783,15 @@ fn summarize(
         sys += cpu.sys_s;
         udp += c.udp_sent + c.udp_received;
         sent += c.udp_sent;
+        bytes += c.udp_bytes_sent + c.summary_bytes_served;
+        sf.lookups += c.summary_lookups;
+        sf.summary_hits += c.summary_hits;
+        sf.false_hits += c.false_hits;
+        fp_weighted += c.expected_false_hits;
+        if c.summary_entries > 0 {
+            mem_per_object += c.summary_memory as f64 / c.summary_entries as f64;
+            summary_nodes += 1;
+        }
         peer_http += from_peers;
         let total = cpu.user_s + cpu.sys_s;
         let breakdown = n.plan.product == Product::Meshcache;
@@ -844,6 +869,29 @@ fn summarize(
         tcp_messages: net.tcp_in + net.tcp_out,
         udp_datagrams_netns: net.udp_in + net.udp_out,
         intercache_messages_per_request: per(sent + 2 * peer_http),
+        intercache_bytes_per_request: per(bytes),
+        summary: matches!(p.config.protocol.as_str(), "summary" | "digest").then(|| {
+            let true_hits = sf.summary_hits.saturating_sub(sf.false_hits);
+            let negatives = sf.lookups.saturating_sub(true_hits);
+            crate::results::SummaryFigures {
+                observed_fp_rate: if negatives > 0 {
+                    sf.false_hits as f64 / negatives as f64
+                } else {
+                    0.0
+                },
+                formula_fp_rate: if sf.lookups > 0 {
+                    fp_weighted / sf.lookups as f64
+                } else {
+                    0.0
+                },
+                memory_per_object: if summary_nodes > 0 {
+                    mem_per_object / f64::from(summary_nodes)
+                } else {
+                    0.0
+                },
+                ..sf
+            }
+        }),
         efficiency: if cpu_with_breakdown > 0.0 {
             client_s / cpu_with_breakdown
         } else {

@@ -96,6 +96,8 @@ fn icp_counters(shared: &Shared) -> serde_json::Value {
         "replies_sent": get(&c.replies_sent),
         "denied": get(&c.denied),
         "dropped": get(&c.dropped),
+        "bytes_sent": get(&c.bytes_sent),
+        "bytes_received": get(&c.bytes_received),
     })
 }
 

@@ -52,6 +52,10 @@ pub struct IcpCounters {
     pub denied: AtomicU64,
     /// Datagrams that did not decode, or came from nobody we know.
     pub dropped: AtomicU64,
+    /// Bytes of every datagram sent from the ICP socket (queries, replies, summary updates).
+    pub bytes_sent: AtomicU64,
+    /// Bytes of every datagram received on it.
+    pub bytes_received: AtomicU64,
 }
 
 /// The cooperation state of a node.
@@ -473,6 +477,9 @@ impl Coop {
             match socket.send_to(&datagram, addr).await {
                 Ok(_) => {
                     self.counters.queries_sent.fetch_add(1, Relaxed);
+                    self.counters
+                        .bytes_sent
+                        .fetch_add(datagram.len() as u64, Relaxed);
                 }
                 Err(e) => tracing::debug!(%addr, error = %e, "ICP send failed"),
             }
@@ -503,7 +510,14 @@ pub(crate) async fn run_icp(
         // everything else (queries, junk) is work for other nodes.
         let start = Instant::now();
         let (len, from) = match socket.try_recv_from(&mut buf) {
-            Ok(x) => x,
+            Ok(x) => {
+                shared
+                    .coop
+                    .counters
+                    .bytes_received
+                    .fetch_add(x.0 as u64, Relaxed);
+                x
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => {
                 tracing::debug!(error = %e, "ICP receive failed");
@@ -515,6 +529,11 @@ pub(crate) async fn run_icp(
         if let Some(reply_to) = reply_to {
             if socket.send_to(&out, reply_to).await.is_ok() {
                 shared.coop.counters.replies_sent.fetch_add(1, Relaxed);
+                shared
+                    .coop
+                    .counters
+                    .bytes_sent
+                    .fetch_add(out.len() as u64, Relaxed);
             }
         }
         efficiency.add(category, start.elapsed());

@@ -319,6 +319,11 @@ async fn send_updates(shared: &Shared, s: &Summaries, updates: &[wire::DirUpdate
         for &to in &targets {
             if socket.send_to(&datagram, to).await.is_ok() {
                 s.counters.updates_sent.fetch_add(1, Relaxed);
+                shared
+                    .coop
+                    .counters
+                    .bytes_sent
+                    .fetch_add(datagram.len() as u64, Relaxed);
                 s.counters
                     .update_bytes_sent
                     .fetch_add(datagram.len() as u64, Relaxed);

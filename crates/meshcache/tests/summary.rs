@@ -60,6 +60,8 @@ async fn summary_cache_queries_only_peers_whose_summary_says_hit() {
             c.name = name;
             c.cooperation.protocol = Protocol::Summary;
             c.cooperation.summary_threshold = 0.01;
+            // Sized for 100 documents: 1 % is one document, so every admission is sent.
+            c.cooperation.summary_capacity = 100;
         }
     };
     let a = bind(true, tweak("a"));
@@ -126,6 +128,7 @@ async fn updates_from_strangers_are_refused() {
     let b = bind(true, |c| {
         c.name = "b".into();
         c.cooperation.protocol = Protocol::Summary;
+        c.cooperation.summary_capacity = 100;
     });
     let (a_http, a_icp, b_http, b_icp) = (a.addr, a.icp, b.addr, b.icp);
     let a = start(a, |c| c.peers = vec![sibling("b", b_http, b_icp)]);
