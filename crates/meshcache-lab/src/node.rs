@@ -197,7 +197,9 @@ impl NodePlan {
             // Squid builds digests only with a cache_dir (made by `squid -z` before start), and
             // fetches them itself: internal requests have no client address, so miss_access
             // must end in allow.
-            let mb_disk = (mb * 2).max(16);
+            // With a cache_dir, Squid's memory cache holds hot copies of objects on disk: the
+            // disk is the capacity, so it gets the node's budget.
+            let mb_disk = mb;
             let _ = writeln!(
                 c,
                 "# Cache Digests: a small disk cache, digests rebuilt on the lab's schedule.\n\

@@ -1,7 +1,7 @@
 //! Running an experiment: `meshcache lab run EXPERIMENT.toml --out DIR`.
 //!
 //! For every workload variant the workload is generated once (seeded), then
-//! every configuration runs with every product and repetition, each run on
+//! every configuration runs with every product and repetition (repetitions interleaved), each run on
 //! fresh processes:
 //!
 //! 1. origins: one origin emulator per host of the workload, on
@@ -209,14 +209,16 @@ fn expand<'a>(exp: &'a Experiment, opts: &RunOptions) -> Vec<Planned<'a>> {
             if !opts.products.is_empty() && !opts.products.contains(&product) {
                 continue;
             }
-            for config in &exp.config {
-                if !config.products.is_empty() && !config.products.contains(&product) {
-                    continue;
-                }
-                if !opts.only.is_empty() && !opts.only.contains(&config.name) {
-                    continue;
-                }
-                for repetition in 0..exp.repetitions {
+            // Repetitions interleave (A B C, A B C, …): slow drifts of the machine then
+            // touch every configuration alike.
+            for repetition in 0..exp.repetitions {
+                for config in &exp.config {
+                    if !config.products.is_empty() && !config.products.contains(&product) {
+                        continue;
+                    }
+                    if !opts.only.is_empty() && !opts.only.contains(&config.name) {
+                        continue;
+                    }
                     plan.push(Planned {
                         variant,
                         product,
@@ -870,28 +872,31 @@ fn summarize(
         udp_datagrams_netns: net.udp_in + net.udp_out,
         intercache_messages_per_request: per(sent + 2 * peer_http),
         intercache_bytes_per_request: per(bytes),
-        summary: matches!(p.config.protocol.as_str(), "summary" | "digest").then(|| {
-            let true_hits = sf.summary_hits.saturating_sub(sf.false_hits);
-            let negatives = sf.lookups.saturating_sub(true_hits);
-            crate::results::SummaryFigures {
-                observed_fp_rate: if negatives > 0 {
-                    sf.false_hits as f64 / negatives as f64
-                } else {
-                    0.0
-                },
-                formula_fp_rate: if sf.lookups > 0 {
-                    fp_weighted / sf.lookups as f64
-                } else {
-                    0.0
-                },
-                memory_per_object: if summary_nodes > 0 {
-                    mem_per_object / f64::from(summary_nodes)
-                } else {
-                    0.0
-                },
-                ..sf
-            }
-        }),
+        // Squid reports no per-peer digest figures.
+        summary: (matches!(p.config.protocol.as_str(), "summary" | "digest")
+            && p.product == Product::Meshcache)
+            .then(|| {
+                let true_hits = sf.summary_hits.saturating_sub(sf.false_hits);
+                let negatives = sf.lookups.saturating_sub(true_hits);
+                crate::results::SummaryFigures {
+                    observed_fp_rate: if negatives > 0 {
+                        sf.false_hits as f64 / negatives as f64
+                    } else {
+                        0.0
+                    },
+                    formula_fp_rate: if sf.lookups > 0 {
+                        fp_weighted / sf.lookups as f64
+                    } else {
+                        0.0
+                    },
+                    memory_per_object: if summary_nodes > 0 {
+                        mem_per_object / f64::from(summary_nodes)
+                    } else {
+                        0.0
+                    },
+                    ..sf
+                }
+            }),
         efficiency: if cpu_with_breakdown > 0.0 {
             client_s / cpu_with_breakdown
         } else {

@@ -162,7 +162,9 @@ pub struct Cache {
 impl Cache {
     /// A cache with the given store settings.
     pub fn new(config: StoreConfig) -> Self {
-        let (events, _) = broadcast::channel(4096);
+        // Room for the events of a summary's drain interval at tens of thousands of misses a
+        // second; a subscriber that falls further behind rebuilds from the store.
+        let (events, _) = broadcast::channel(16_384);
         Cache {
             inner: Arc::new(Inner {
                 store: Mutex::new(MemoryStore::new(config)),

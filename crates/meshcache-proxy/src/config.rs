@@ -727,6 +727,45 @@ mod tests {
     }
 
     #[test]
+    fn summary_settings_are_checked() {
+        let c = Config::from_toml(
+            "[cooperation]\nprotocol = \"summary\"\nsummary_threshold = 0.05\nsummary_bits_per_entry = 16\n",
+        )
+        .expect("parses");
+        assert_eq!(c.cooperation.protocol, Protocol::Summary);
+        assert!(c.cooperation.protocol.uses_icp() && c.cooperation.protocol.uses_summaries());
+        for (text, key) in [
+            ("summary_threshold = 0.5", "cooperation.summary_threshold"),
+            (
+                "summary_bits_per_entry = 0",
+                "cooperation.summary_bits_per_entry",
+            ),
+            (
+                "summary_hash_functions = 33",
+                "cooperation.summary_hash_functions",
+            ),
+            (
+                "protocol = \"digest\"\nsummary_hash_functions = 8",
+                "cooperation.summary_hash_functions",
+            ),
+            (
+                "digest_rebuild_period = \"10ms\"",
+                "cooperation.digest_rebuild_period",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("[cooperation]\n{text}\n"))
+                .expect_err("must be refused")
+                .to_string();
+            assert!(err.starts_with(key), "{text}: {err}");
+        }
+        let c = Config::from_toml(
+            "[cooperation]\nprotocol = \"digest\"\n[[peer]]\nname = \"s\"\nrole = \"sibling\"\nhttp = \"127.0.0.2:3128\"\nno_digest = true\n",
+        )
+        .expect("parses");
+        assert!(c.peers[0].no_digest && !c.cooperation.protocol.uses_icp());
+    }
+
+    #[test]
     fn bad_replacement_is_named() {
         let err = Config::from_toml("[store]\nreplacement = \"fifo\"\n")
             .expect_err("must be refused")

@@ -30,7 +30,7 @@ use meshcache_store::StoreEvent;
 use meshcache_summary::{CacheDigest, Hashing};
 use meshcache_wire::summary as wire;
 use parking_lot::Mutex;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::watch;
 
 use crate::config::{Config, Protocol};
@@ -42,6 +42,11 @@ pub const DIGEST_PATH: &str = "/squid-internal-periodic/store_digest";
 pub const SUMMARY_PATH: &str = "/meshcache-internal/summary";
 /// Squid's `store_avg_object_size`, used to size the summary from the store's byte budget.
 const AVG_OBJECT_SIZE: u64 = 13 * 1024;
+/// How often store events are folded into our summary.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
+/// How often due fetches of peers' summaries are looked for (each wake-up of an idle node
+/// costs CPU; a lost delta waits at most this long for its repair).
+const FETCH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// The largest summary body we accept from a peer.
 const MAX_SUMMARY_BODY: usize = 64 << 20;
 
@@ -117,7 +122,7 @@ impl Summaries {
             .iter()
             .map(|p| !p.no_digest && (c.protocol != Protocol::Summary || p.icp.is_some()))
             .collect();
-        Some(Summaries {
+        let summaries = Summaries {
             protocol: c.protocol,
             local: Mutex::new(local),
             peers: Mutex::new(PeerSummaries::new(
@@ -128,7 +133,11 @@ impl Summaries {
             published: Mutex::new(None),
             refresh: Mutex::new(HashMap::new()),
             counters: SummaryCounters::default(),
-        })
+        };
+        // The (empty) digest is there from the first request on, not from the first tick of
+        // the task that follows the store.
+        summaries.publish(c.digest_rebuild_period);
+        Some(summaries)
     }
 
     /// Whether we exchange summaries with `peer`.
@@ -222,60 +231,58 @@ pub(crate) async fn run_local(
     s.publish(period);
     let mut rebuild = tokio::time::interval(period);
     rebuild.tick().await;
-    let mut check = tokio::time::interval(Duration::from_secs(1));
+    // Store events are drained on a short tick rather than on each event: waking a task for
+    // every admission cost more CPU than the summary itself (a wake-up is microseconds, a
+    // filter update a tenth of one).
+    let mut drain = tokio::time::interval(DRAIN_INTERVAL);
+    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
-            ev = events.recv() => match ev {
-                Ok(ev) => {
-                    let mut lagged = false;
-                    let updates = {
-                        let mut local = s.local.lock();
-                        apply(&mut local, &ev);
-                        // Take whatever else is queued under the same lock.
-                        loop {
-                            match events.try_recv() {
-                                Ok(ev) => apply(&mut local, &ev),
-                                Err(TryRecvError::Lagged(_)) => {
-                                    lagged = true;
-                                    break;
-                                }
-                                Err(_) => break,
-                            }
-                        }
-                        if lagged {
-                            Vec::new()
-                        } else if s.protocol == Protocol::Summary && local.due() {
-                            local.take_updates()
-                        } else {
-                            Vec::new()
-                        }
-                    };
-                    if lagged {
-                        tracing::warn!("summary fell behind the store; rebuilding it from the store");
-                        rebuild_from_store(&shared, s, None);
+            _ = drain.tick() => {}
+            _ = rebuild.tick() => {
+                s.publish(period);
+                continue;
+            }
+            _ = stop.changed() => return,
+        }
+        let mut lagged = false;
+        let updates = {
+            let mut local = s.local.lock();
+            loop {
+                match events.try_recv() {
+                    Ok(ev) => apply(&mut local, &ev),
+                    Err(TryRecvError::Lagged(_)) => {
+                        lagged = true;
+                        break;
                     }
-                    if !updates.is_empty() {
-                        send_updates(&shared, s, &updates).await;
-                    }
-                }
-                Err(RecvError::Lagged(n)) => {
-                    tracing::warn!(lost = n, "summary fell behind the store; rebuilding it from the store");
-                    rebuild_from_store(&shared, s, None);
-                }
-                Err(RecvError::Closed) => return,
-            },
-            _ = check.tick() => {
-                let resize = s.local.lock().resize_to(min_capacity);
-                if let Some(capacity) = resize {
-                    tracing::info!(capacity, "resizing the summary to the store");
-                    rebuild_from_store(&shared, s, Some(capacity));
-                    if s.protocol == Protocol::Digest {
-                        s.publish(period);
-                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Closed) => return,
                 }
             }
-            _ = rebuild.tick() => s.publish(period),
-            _ = stop.changed() => return,
+            if !lagged && s.protocol == Protocol::Summary && local.due() {
+                local.take_updates()
+            } else {
+                Vec::new()
+            }
+        };
+        if lagged {
+            tracing::warn!("summary fell behind the store; rebuilding it from the store");
+            rebuild_from_store(&shared, s, None);
+        }
+        if !updates.is_empty() {
+            send_updates(&shared, s, &updates).await;
+        }
+        ticks = ticks.wrapping_add(1);
+        if ticks % 4 == 0 {
+            let resize = s.local.lock().resize_to(min_capacity);
+            if let Some(capacity) = resize {
+                tracing::info!(capacity, "resizing the summary to the store");
+                rebuild_from_store(&shared, s, Some(capacity));
+                if s.protocol == Protocol::Digest {
+                    s.publish(period);
+                }
+            }
         }
     }
 }
@@ -371,7 +378,7 @@ pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     let Some(s) = shared.coop.summaries() else {
         return;
     };
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut tick = tokio::time::interval(FETCH_CHECK_INTERVAL);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
