@@ -43,7 +43,9 @@ pub struct LocalSummary {
     filter: CountingBloom,
     /// Bits changed since the last update, with their current value.
     pending: BTreeMap<u64, bool>,
-    changed_docs: u64,
+    /// Documents added and removed since the last update.
+    added_docs: u64,
+    removed_docs: u64,
     threshold: f64,
     /// Sequence number of the last update published.
     seq: u32,
@@ -78,7 +80,8 @@ impl LocalSummary {
         LocalSummary {
             filter: CountingBloom::with_hashing(capacity, bits_per_entry, hashing),
             pending: BTreeMap::new(),
-            changed_docs: 0,
+            added_docs: 0,
+            removed_docs: 0,
             threshold,
             seq: first_seq,
             sender: Ipv4Addr::UNSPECIFIED,
@@ -95,6 +98,7 @@ impl LocalSummary {
     pub fn admitted(&mut self, key: &[u8; 16]) {
         let mut changes = Vec::new();
         self.filter.add(key, &mut changes);
+        self.added_docs += 1;
         self.note(&changes);
     }
 
@@ -102,11 +106,11 @@ impl LocalSummary {
     pub fn removed(&mut self, key: &[u8; 16]) {
         let mut changes = Vec::new();
         self.filter.remove(key, &mut changes);
+        self.removed_docs += 1;
         self.note(&changes);
     }
 
     fn note(&mut self, changes: &[BitChange]) {
-        self.changed_docs += 1;
         for c in changes {
             self.pending.insert(c.bit, c.set);
         }
@@ -142,23 +146,28 @@ impl LocalSummary {
         }
         self.filter = filter;
         self.pending.clear();
-        self.changed_docs = 0;
+        self.added_docs = 0;
+        self.removed_docs = 0;
         // Skip a number: receivers see a gap and fetch the whole (new) array.
         self.seq = self.seq.wrapping_add(2);
         self.stats.rebuilds += 1;
     }
 
-    /// Whether enough documents changed since the last update to publish one: the threshold
-    /// share of the documents cached, or of the documents the summary is sized for while the
-    /// cache is still filling (an empty cache would otherwise send an update for every one of
-    /// its first hundred documents, and about 100·ln(N) updates on its way to N).
+    /// Whether enough documents changed since the last update to publish one: the paper's
+    /// share of "new" documents (not yet in the published summary) reached the threshold.
+    /// Removals count on their own, not on top: a full cache admits one document for each it
+    /// evicts, and the update that announces the new ones clears the evicted ones' bits too;
+    /// a cache that only loses documents (purges) still publishes. The share is of the
+    /// documents cached, or of the documents the summary is sized for while the cache is
+    /// still filling (an empty cache would otherwise send an update for every one of its first
+    /// hundred documents, and about 100·ln(N) updates on its way to N).
     pub fn due(&self) -> bool {
         let entries = self
             .filter
             .entries()
             .max(u64::from(self.filter.capacity()))
             .max(1) as f64;
-        !self.pending.is_empty() && self.changed_docs as f64 >= self.threshold * entries
+        !self.pending.is_empty() && self.changed_docs() as f64 >= self.threshold * entries
     }
 
     /// The hash parameters as the wire carries them.
@@ -182,7 +191,8 @@ impl LocalSummary {
                 set,
             })
             .collect();
-        self.changed_docs = 0;
+        self.added_docs = 0;
+        self.removed_docs = 0;
         updates
             .chunks(MAX_UPDATES_PER_DATAGRAM)
             .map(|chunk| {
@@ -231,9 +241,10 @@ impl LocalSummary {
         &self.stats
     }
 
-    /// Documents changed since the last update.
+    /// Documents changed since the last update, as the threshold counts them: the larger of
+    /// the documents added and the documents removed.
     pub fn changed_docs(&self) -> u64 {
-        self.changed_docs
+        self.added_docs.max(self.removed_docs)
     }
 }
 
@@ -619,12 +630,21 @@ mod tests {
         );
         assert!(!l.due());
         // 1 % of the 1,000 documents it is sized for (more than the 200 it holds): ten
-        // changes make the next update due, nine do not.
+        // new documents make the next update due, nine do not; an eviction for each does
+        // not count on top.
         for i in 0..9 {
             l.removed(&key(i));
+            l.admitted(&key(500 + i));
         }
+        assert_eq!(l.changed_docs(), 9);
         assert!(!l.due());
-        l.admitted(&key(500));
+        l.admitted(&key(600));
+        assert!(l.due());
+        l.take_updates();
+        // Removals alone publish too.
+        for i in 10..20 {
+            l.removed(&key(i));
+        }
         assert!(l.due());
     }
 

@@ -352,6 +352,7 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
         origin_requests: med_u(&|c| c.origin_requests),
         tcp_messages: med_u(&|c| c.tcp_messages),
         intercache_messages_per_request: med(&|c| c.intercache_messages_per_request),
+        protocol_messages_per_request: med(&|c| c.protocol_messages_per_request),
         intercache_bytes_per_request: med(&|c| c.intercache_bytes_per_request),
         summary: representative.summary.clone(),
         efficiency: med(&|c| c.efficiency),
@@ -582,9 +583,12 @@ pub fn group_markdown(group: &Group) -> String {
         let _ = writeln!(
             s,
             "\nMessages: ICP and summary-update datagrams sent, plus two per HTTP request between \
-             caches (object fetches and summary or digest transfers). Bytes: the datagrams and the \
-             summaries or digests served, not the objects. \"vs ICP\": how many times fewer \
-             messages than the same product's ICP row. False-positive rates: observed (false \
+             caches (object fetches and summary or digest transfers). Protocol messages: the same \
+             less the object fetches that brought a hit (the cost of finding hits, the Summary \
+             Cache paper's measure; with parents, the misses they resolve count too). Bytes: the \
+             datagrams and the summaries or digests served, not the objects. \"vs ICP\": how many \
+             times fewer protocol messages than the same product's ICP row. False-positive rates: \
+             observed (false \
              hits over lookups of objects the peer did not hold) and the Bloom formula's \
              `(1 − e^(−kn/m))^k` for the summaries' sizes."
         );
@@ -687,6 +691,7 @@ pub fn cooperation_table(group: &Group) -> String {
         "configuration",
         "protocol",
         "msgs/req",
+        "protocol msgs/req",
         "bytes/req",
         "vs ICP",
         "hit ratio",
@@ -710,10 +715,10 @@ pub fn cooperation_table(group: &Group) -> String {
         .map(|r| {
             let c = &r.config;
             let vs = match icp(&c.product) {
-                Some(i) if c.protocol != "icp" && c.intercache_messages_per_request > 0.0 => {
+                Some(i) if c.protocol != "icp" && c.protocol_messages_per_request > 0.0 => {
                     format!(
                         "{:.0}x fewer",
-                        i.intercache_messages_per_request / c.intercache_messages_per_request
+                        i.protocol_messages_per_request / c.protocol_messages_per_request
                     )
                 }
                 _ => String::new(),
@@ -722,6 +727,7 @@ pub fn cooperation_table(group: &Group) -> String {
                 c.name.clone(),
                 c.protocol.clone(),
                 format!("{:.3}", c.intercache_messages_per_request),
+                format!("{:.3}", c.protocol_messages_per_request),
                 format!("{:.1}", c.intercache_bytes_per_request),
                 vs,
                 fmt_pct(c.hit_ratio),

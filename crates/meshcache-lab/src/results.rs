@@ -108,6 +108,14 @@ pub struct ConfigResult {
     pub tcp_messages: u64,
     /// Inter-cache messages (queries, replies, peer HTTP requests) per client request.
     pub intercache_messages_per_request: f64,
+    /// Inter-cache protocol messages per client request: the messages above less the object
+    /// transfers that brought a client a hit from another cache (which every cooperating
+    /// protocol needs alike). What is left is the cost of finding hits: ICP queries and
+    /// replies, summary updates, summary and digest fetches, false-hit requests — the
+    /// Summary Cache paper's measure. (In a hierarchy with parents, the misses a parent
+    /// resolves also count here.)
+    #[serde(default)]
+    pub protocol_messages_per_request: f64,
     /// Bytes of inter-cache protocol messages per client request: ICP and summary-update
     /// datagrams sent, plus whole summaries or digests served (not the objects peers fetch,
     /// which every protocol moves alike).

@@ -871,6 +871,9 @@ fn summarize(
         tcp_messages: net.tcp_in + net.tcp_out,
         udp_datagrams_netns: net.udp_in + net.udp_out,
         intercache_messages_per_request: per(sent + 2 * peer_http),
+        protocol_messages_per_request: per(
+            sent + 2 * peer_http.saturating_sub(merged.sibling_hits + merged.parent_hits)
+        ),
         intercache_bytes_per_request: per(bytes),
         // Squid reports no per-peer digest figures.
         summary: (matches!(p.config.protocol.as_str(), "summary" | "digest")

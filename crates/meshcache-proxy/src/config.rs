@@ -326,8 +326,8 @@ pub struct CooperationConfig {
     /// Summaries: documents the filter is sized for; 0 sizes it from `store.memory` at 13 KiB
     /// per object (Squid's `store_avg_object_size`). It is resized as the store grows.
     pub summary_capacity: u32,
-    /// Summary protocol: publish an update when this share of the cached documents changed
-    /// (the paper: 1 %; 0.1 % to 10 %).
+    /// Summary protocol: publish an update when this share of the cached documents is new
+    /// since the last one (the paper: 1 %; 0.1 % to 10 %).
     pub summary_threshold: f64,
     /// Digest protocol: how often our digest is rebuilt (served with this as its lifetime),
     /// and the longest we keep a peer's digest before fetching it again.
