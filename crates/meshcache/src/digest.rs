@@ -47,7 +47,7 @@ pub fn run(command: DigestCommand) -> anyhow::Result<()> {
         d.fill() * 100.0
     );
     println!(
-        "  false-positive rate: {:.2}% from the fill (fill^4), {:.2}% by the Bloom formula for {} entries",
+        "  false-positive rate: {:.4}% from the fill (fill^4), {:.4}% by the Bloom formula for {} entries",
         d.observed_fp_rate() * 100.0,
         d.expected_fp_rate() * 100.0,
         d.count()

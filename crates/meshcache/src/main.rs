@@ -131,6 +131,7 @@ fn load(path: &PathBuf) -> anyhow::Result<Config> {
 }
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Config {
@@ -184,6 +185,25 @@ pub(crate) fn init_tracing() {
         )
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// `meshcache config default | head` and the like: when the reader of our standard output goes
+/// away, `print!` panics on the broken pipe. A Unix tool stops quietly instead (as if killed by
+/// SIGPIPE, exit status 141); every other panic keeps the default report.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -77,3 +77,20 @@ fn fetches_a_digest_as_a_peer_does() {
         "{request}"
     );
 }
+
+/// `meshcache config default | head -1`: the reader goes away after one line; the command stops
+/// quietly (status 141, as a tool killed by SIGPIPE), no panic report.
+#[test]
+fn a_closed_stdout_stops_the_output_quietly() {
+    // A pipe whose reading end is closed before the command starts: its first write fails.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_meshcache"))
+        .args(["config", "default"])
+        .stdout(writer)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
