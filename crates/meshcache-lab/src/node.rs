@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -370,10 +370,15 @@ impl Launcher {
                         .arg(&plan.dir)
                         .status();
                 }
+                // A service name of its own per node and run: Squid names its shared-memory
+                // segments after it, and two Squids with one name (a node of the previous run
+                // still exiting, or a segment a killed one left) make the second exit with
+                // "shm_open(/squid-cf__metadata.shm): File exists".
+                let service = squid_service_name(&plan.dir);
                 if plan.digests() {
                     // Digests need a cache_dir, and its swap directories made first.
                     let out = Command::new(&self.squid)
-                        .args(["-N", "-z", "-f"])
+                        .args(["-N", "-z", "-n", &service, "-f"])
                         .arg(&conf)
                         .stdin(Stdio::null())
                         .output()?;
@@ -385,7 +390,9 @@ impl Launcher {
                         )));
                     }
                 }
-                cmd.arg(&self.squid).arg("-N").arg("-f").arg(&conf);
+                cmd.arg(&self.squid)
+                    .args(["-N", "-n", &service, "-f"])
+                    .arg(&conf);
             }
         }
         let log = fs::File::create(plan.dir.join("stderr.log"))?;
@@ -505,6 +512,20 @@ fn user_exists(name: &str) -> bool {
     fs::read_to_string("/etc/passwd")
         .map(|p| p.lines().any(|l| l.split(':').next() == Some(name)))
         .unwrap_or(false)
+}
+
+/// A Squid service name (`squid -n`) unique to this node of this run (its directory names both):
+/// letters and digits only, as Squid requires, short enough for its shared-memory segment names.
+fn squid_service_name(dir: &Path) -> String {
+    // FNV-1a over the node's directory: one name per node and run, the same on a rerun.
+    let hash = dir
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    format!("mcl{hash:016x}")
 }
 
 #[cfg(test)]
