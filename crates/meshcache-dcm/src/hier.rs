@@ -27,6 +27,8 @@ pub enum HierCode {
     DefaultParent,
     /// Round-robin among parents.
     RoundRobinParent,
+    /// The parent CARP hashing picked for the URL (or the next highest when it failed).
+    Carp,
 }
 
 impl HierCode {
@@ -45,6 +47,7 @@ impl HierCode {
             HierCode::FirstUpParent => "FIRST_UP_PARENT",
             HierCode::DefaultParent => "DEFAULT_PARENT",
             HierCode::RoundRobinParent => "ROUNDROBIN_PARENT",
+            HierCode::Carp => "CARP",
         }
     }
 

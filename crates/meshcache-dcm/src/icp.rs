@@ -307,24 +307,8 @@ impl IcpMesh {
         reply: Reply<'_>,
     ) -> Option<(u32, Route)> {
         let id = self.peer_at(from)?;
+        let awaited = self.note_reply(now, id, reply.kind, reply.reqnum);
         let peer = &mut self.peers[id.0];
-        peer.last_reply = Some(now);
-        peer.unanswered_since = None;
-        match reply.kind {
-            ReplyKind::Hit => peer.stats.hits += 1,
-            ReplyKind::Miss => peer.stats.misses += 1,
-            ReplyKind::MissNoFetch => peer.stats.miss_nofetch += 1,
-            ReplyKind::Denied => peer.stats.denied += 1,
-            ReplyKind::Err => peer.stats.errors += 1,
-        }
-        let mut awaited = true;
-        if let Some((n, sent, waited)) = peer.last_query {
-            if n == reply.reqnum {
-                peer.record_rtt(now.saturating_duration_since(sent));
-                peer.last_query = None;
-                awaited = waited;
-            }
-        }
         let Some(pending) = self.pending.get_mut(&reply.reqnum) else {
             if awaited {
                 peer.stats.late += 1;
@@ -385,6 +369,70 @@ impl IcpMesh {
             return Some((reply.reqnum, route));
         }
         None
+    }
+
+    /// Liveness, counters and round trip of a reply from `id` to request `reqnum`. Returns
+    /// whether a search was waiting for that peer's answer.
+    pub(crate) fn note_reply(
+        &mut self,
+        now: Instant,
+        id: PeerId,
+        kind: ReplyKind,
+        reqnum: u32,
+    ) -> bool {
+        let awaited = self.note_alive(now, id, reqnum);
+        let peer = &mut self.peers[id.0];
+        match kind {
+            ReplyKind::Hit => peer.stats.hits += 1,
+            ReplyKind::Miss => peer.stats.misses += 1,
+            ReplyKind::MissNoFetch => peer.stats.miss_nofetch += 1,
+            ReplyKind::Denied => peer.stats.denied += 1,
+            ReplyKind::Err => peer.stats.errors += 1,
+        }
+        awaited
+    }
+
+    /// `id` answered something of request `reqnum` (a reply, or a directory answer): it is
+    /// alive, and the round trip counts if that was the last thing we asked it. Returns whether
+    /// a search was waiting for it.
+    pub(crate) fn note_alive(&mut self, now: Instant, id: PeerId, reqnum: u32) -> bool {
+        let peer = &mut self.peers[id.0];
+        peer.last_reply = Some(now);
+        peer.unanswered_since = None;
+        let mut awaited = true;
+        if let Some((n, sent, waited)) = peer.last_query {
+            if n == reqnum {
+                peer.record_rtt(now.saturating_duration_since(sent));
+                peer.last_query = None;
+                awaited = waited;
+            }
+        }
+        awaited
+    }
+
+    /// A query for search `reqnum` goes to `id` now: counted, and its silence watched.
+    pub(crate) fn note_query(&mut self, now: Instant, id: PeerId, reqnum: u32, awaited: bool) {
+        let peer = &mut self.peers[id.0];
+        peer.stats.queries += 1;
+        if peer.unanswered_since.is_none() {
+            peer.unanswered_since = Some(now);
+        }
+        peer.last_query = Some((reqnum, now, awaited));
+    }
+
+    /// The next request number (never 0).
+    pub(crate) fn next_reqnum(&mut self) -> u32 {
+        self.take_reqnum()
+    }
+
+    /// The peer table, to build routes from.
+    pub(crate) fn peers_mut(&mut self) -> &mut [Peer] {
+        &mut self.peers
+    }
+
+    /// The ICP tuning.
+    pub(crate) fn config(&self) -> &IcpConfig {
+        &self.config
     }
 
     /// The deadline of search `reqnum` passed. Returns its route if it was still undecided.

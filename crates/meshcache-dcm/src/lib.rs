@@ -7,7 +7,8 @@
 //!   peer in parallel; [`summary`]: ask only the peers whose summary says "maybe" — Summary
 //!   Cache's ICP queries, or Cache Digests' straight fetch).
 //! - **decision**: which neighbour serves it ([`select`]: first HIT; else the first or closest
-//!   parent MISS, weighted; else other parents, the default parent, then the origin).
+//!   parent MISS, weighted; else other parents, the default parent, then the origin; [`carp`]:
+//!   no search at all, CARP hashing of the URL picks the parent).
 //! - **termination**: when to stop searching ([`icp`]: all expected replies in, a HIT, or an
 //!   adaptive timeout; never a query whose answer cannot change the route; dead peers are
 //!   not waited for).
@@ -19,15 +20,19 @@
 //!
 //! Layout: [`peer`] (configuration, liveness and statistics of each neighbour, domain
 //! matching), [`hier`] (Squid's hierarchy codes), [`select`] (ordering the candidates of a
-//! request), [`icp`] (the ICP search and responder logic), [`summary`] (our own summary and
-//! its delta updates; the neighbours' summaries).
+//! request), [`carp`] (CARP hash routing over the parents), [`icp`] (the ICP search and
+//! responder logic), [`summary`] (our own summary and its delta updates; the neighbours'
+//! summaries).
 
+pub mod carp;
+pub mod directory;
 pub mod hier;
 pub mod icp;
 pub mod peer;
 pub mod select;
 pub mod summary;
 
+pub use carp::CarpRouter;
 pub use hier::HierCode;
 pub use icp::{answer, Asker, Holding, IcpConfig, IcpMesh, Outcome, Reply, ReplyKind, Search};
 pub use peer::{PeerId, PeerSpec, Role};

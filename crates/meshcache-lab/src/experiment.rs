@@ -270,8 +270,9 @@ pub struct RunConfig {
     pub name: String,
     /// The topology: a built-in name or a custom one.
     pub topology: String,
-    /// Cooperation protocol of every node: "none", "icp", "summary" (meshcache only) or
-    /// "digest".
+    /// Cooperation protocol of every node: "none", "icp", "summary" (meshcache only),
+    /// "digest", "directory" (meshcache only) or "carp" (meshcache only: the nodes split the
+    /// URLs by CARP, each a member of the array, the others its parents).
     #[serde(default = "none")]
     pub protocol: String,
     /// Summary protocol: share of changed documents that triggers an update (default 0.01).
@@ -283,6 +284,15 @@ pub struct RunConfig {
     /// Digest protocol: how often each node rebuilds its digest (default 60 s).
     #[serde(default, with = "humantime_serde::option")]
     pub digest_period: Option<Duration>,
+    /// Directory protocol: holders queried per miss (α; 0 = all; default 1).
+    #[serde(default)]
+    pub alpha: Option<u32>,
+    /// Directory protocol: "requester" (search variant 1, the default) or "owner" (2).
+    #[serde(default)]
+    pub variant: Option<String>,
+    /// Directory protocol: "pessimistic" (the default) or "optimistic" holder entries.
+    #[serde(default)]
+    pub updates: Option<String>,
     /// The configuration the others are compared with.
     #[serde(default)]
     pub baseline: bool,
@@ -449,13 +459,34 @@ impl Experiment {
             if !names.insert(c.name.as_str()) {
                 return Err(invalid(key("name"), format!("duplicate name {:?}", c.name)));
             }
-            if !matches!(c.protocol.as_str(), "none" | "icp" | "summary" | "digest") {
+            if !matches!(
+                c.protocol.as_str(),
+                "none" | "icp" | "summary" | "digest" | "directory" | "carp"
+            ) {
                 return Err(invalid(
                     key("protocol"),
                     format!(
-                        "unknown protocol {:?} (known: none, icp, summary, digest)",
+                        "unknown protocol {:?} (known: none, icp, summary, digest, directory, carp)",
                         c.protocol
                     ),
+                ));
+            }
+            if c.variant
+                .as_deref()
+                .is_some_and(|v| !matches!(v, "requester" | "owner"))
+            {
+                return Err(invalid(
+                    key("variant"),
+                    "must be \"requester\" or \"owner\"",
+                ));
+            }
+            if c.updates
+                .as_deref()
+                .is_some_and(|v| !matches!(v, "pessimistic" | "optimistic"))
+            {
+                return Err(invalid(
+                    key("updates"),
+                    "must be \"pessimistic\" or \"optimistic\"",
                 ));
             }
             let products = if c.products.is_empty() {
@@ -467,6 +498,17 @@ impl Experiment {
                 return Err(invalid(
                     key("products"),
                     "Squid does not speak Summary Cache (SC-ICP): give this config products = [\"meshcache\"]",
+                ));
+            }
+            if matches!(c.protocol.as_str(), "directory" | "carp")
+                && products.contains(&Product::Squid)
+            {
+                return Err(invalid(
+                    key("products"),
+                    format!(
+                        "the lab runs {:?} on meshcache nodes only: give this config products = [\"meshcache\"]",
+                        c.protocol
+                    ),
                 ));
             }
             if c.summary_threshold

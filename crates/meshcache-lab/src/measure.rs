@@ -260,8 +260,13 @@ pub fn parse_meshcache_stats(json: &serde_json::Value) -> NodeCounters {
         .map(|p| f(&p["stats"]["expected_false_hits"]))
         .sum::<f64>();
     NodeCounters {
-        udp_sent: u(&icp["queries_sent"]) + u(&icp["replies_sent"]) + u(&sum["updates_sent"]),
-        udp_received: u(&icp["queries_received"]) + u(&icp["replies_received"]),
+        udp_sent: u(&icp["queries_sent"])
+            + u(&icp["replies_sent"])
+            + u(&sum["updates_sent"])
+            + u(&icp["directory_sent"]),
+        udp_received: u(&icp["queries_received"])
+            + u(&icp["replies_received"])
+            + u(&icp["directory_received"]),
         client_s: f(&eff["client_s"]),
         peer_s: f(&eff["peer_s"]),
         search_s: f(&eff["search_s"]),

@@ -102,7 +102,7 @@ impl NodePlan {
 
     /// Whether the node speaks ICP to its neighbours (ICP, or Summary Cache's ICP queries).
     pub fn icp(&self) -> bool {
-        matches!(self.protocol.as_str(), "icp" | "summary")
+        matches!(self.protocol.as_str(), "icp" | "summary" | "directory")
     }
 
     fn digest_period_s(&self) -> u64 {
@@ -154,11 +154,17 @@ impl NodePlan {
             let _ = writeln!(t, "{line}");
         }
         for p in self.used_peers() {
+            // CARP among equals: every other member is a parent of the array.
+            let role = if self.protocol == "carp" {
+                Role::Parent.name()
+            } else {
+                p.role.name()
+            };
             let _ = writeln!(
                 t,
                 "\n[[peer]]\nname = {}\nrole = {}\nhttp = {}",
                 q(&p.name),
-                q(p.role.name()),
+                q(role),
                 q(&p.http.to_string())
             );
             if self.icp() {

@@ -533,6 +533,18 @@ async fn run_one(
     if let Some(b) = p.config.bits_per_entry {
         cooperation.push(format!("summary_bits_per_entry = {b}"));
     }
+    if let Some(a) = p.config.alpha {
+        cooperation.push(format!("directory_alpha = {a}"));
+    }
+    if let Some(v) = &p.config.variant {
+        cooperation.push(format!("directory_variant = \"{v}\""));
+    }
+    if let Some(u) = &p.config.updates {
+        cooperation.push(format!("directory_updates = \"{u}\""));
+    }
+    if p.config.protocol == "carp" {
+        cooperation.push("carp_member = true".into());
+    }
     for (i, tn) in topo.nodes.iter().enumerate() {
         let peers = tn
             .neighbours

@@ -51,6 +51,9 @@ pub(crate) async fn handle(
                     serde_json::to_value(shared.coop.peer_stats()).unwrap_or_default(),
                 );
                 obj.insert("icp".into(), icp_counters(&shared));
+                if let Some(d) = shared.coop.directory() {
+                    obj.insert("directory".into(), d.report());
+                }
                 if let Some(s) = shared.coop.summaries() {
                     let names: Vec<String> =
                         shared.config.peers.iter().map(|p| p.name.clone()).collect();
@@ -98,6 +101,9 @@ fn icp_counters(shared: &Shared) -> serde_json::Value {
         "dropped": get(&c.dropped),
         "bytes_sent": get(&c.bytes_sent),
         "bytes_received": get(&c.bytes_received),
+        "directory_sent": get(&c.directory_sent),
+        "directory_received": get(&c.directory_received),
+        "directory_bad": get(&c.directory_bad),
     })
 }
 
@@ -110,6 +116,23 @@ fn cooperation_metrics(shared: &Shared, out: &mut String) {
                 out,
                 "# TYPE meshcache_icp_{k}_total counter\nmeshcache_icp_{k}_total {v}"
             );
+        }
+    }
+    if let Some(d) = shared.coop.directory() {
+        if let Some(obj) = d.report().as_object() {
+            for (k, v) in obj {
+                let kind = match k.as_str() {
+                    "entries" | "entry_budget_bytes" | "members" | "in_flight"
+                    | "queued_updates" => "gauge",
+                    _ => "counter",
+                };
+                let name = if kind == "counter" {
+                    format!("meshcache_directory_{k}_total")
+                } else {
+                    format!("meshcache_directory_{k}")
+                };
+                let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+            }
         }
     }
     let peers = shared.coop.peer_stats();

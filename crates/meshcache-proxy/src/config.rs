@@ -274,12 +274,20 @@ pub enum Protocol {
     /// Squid's Cache Digests: peers' digests are fetched over HTTP and a miss goes straight
     /// to a peer whose digest says hit, with no query at all.
     Digest,
+    /// The directory-based protocol (dbDCM): a hash of the URL names the sibling that keeps
+    /// the list of its holders; a miss asks that one member, then queries α of the holders.
+    Directory,
+    /// CARP v1 hash routing to the parents (as Squid's `carp` parents): no queries at all.
+    Carp,
 }
 
 impl Protocol {
     /// Whether the protocol keeps an ICP socket (queries, replies, summary updates).
     pub fn uses_icp(self) -> bool {
-        matches!(self, Protocol::Icp | Protocol::Summary)
+        matches!(
+            self,
+            Protocol::Icp | Protocol::Summary | Protocol::Directory
+        )
     }
 
     /// Whether the node keeps a summary of its own store and of its peers'.
@@ -287,6 +295,15 @@ impl Protocol {
         matches!(self, Protocol::Summary | Protocol::Digest)
     }
 }
+
+/// How α directory holders are picked (see `meshcache_dcm::directory::Choice`).
+pub use meshcache_dcm::directory::Choice as DirChoice;
+/// Directory flush policy (see `meshcache_dcm::directory::Flush`).
+pub use meshcache_dcm::directory::Flush as DirFlush;
+/// When directory holders are entered (see `meshcache_dcm::directory::UpdateMode`).
+pub use meshcache_dcm::directory::UpdateMode as DirUpdateMode;
+/// Directory search variant (see `meshcache_dcm::directory::Variant`).
+pub use meshcache_dcm::directory::Variant as DirVariant;
 
 /// Cooperation settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -333,6 +350,28 @@ pub struct CooperationConfig {
     /// and the longest we keep a peer's digest before fetching it again.
     #[serde(with = "humantime_serde")]
     pub digest_rebuild_period: Duration,
+    /// Directory: holders queried at most per miss (α); 0 = every holder the entry lists.
+    pub directory_alpha: u32,
+    /// Directory: `requester` (search variant 1: the owner returns the holders and we query
+    /// them) or `owner` (variant 2: the owner queries them for us; the replies come to us).
+    pub directory_variant: DirVariant,
+    /// Directory: `pessimistic` (a holder is entered once it stored the object) or
+    /// `optimistic` (at lookup time, taken back if nothing was stored).
+    pub directory_updates: DirUpdateMode,
+    /// Directory: how α holders are picked among more: `round_robin` or `random`.
+    pub directory_choice: DirChoice,
+    /// Directory: a holder record not renewed for this long is dropped.
+    #[serde(with = "humantime_serde")]
+    pub directory_ttl: Duration,
+    /// Directory: memory for our share of the directory (128 bytes an entry).
+    #[serde(with = "size")]
+    pub directory_memory: u64,
+    /// Directory: which entries make room when it is full: `lru` or `lfu`.
+    pub directory_flush: DirFlush,
+    /// CARP: we are a member of the array ourselves (a mesh of equals splitting the URLs, each
+    /// listing the others as parents), so the URLs we win we fetch. Off: the parents are the
+    /// array, as for a Squid child with `carp` parents.
+    pub carp_member: bool,
 }
 
 impl Default for CooperationConfig {
@@ -352,6 +391,14 @@ impl Default for CooperationConfig {
             summary_capacity: 0,
             summary_threshold: 0.01,
             digest_rebuild_period: Duration::from_secs(300),
+            directory_alpha: 1,
+            directory_variant: DirVariant::Requester,
+            directory_updates: DirUpdateMode::Pessimistic,
+            directory_choice: DirChoice::RoundRobin,
+            directory_ttl: Duration::from_secs(3600),
+            directory_memory: 16 * 1024 * 1024,
+            directory_flush: DirFlush::Lru,
+            carp_member: false,
         }
     }
 }
@@ -528,6 +575,35 @@ impl Config {
         }
         if c.digest_rebuild_period < Duration::from_secs(1) {
             return invalid("cooperation.digest_rebuild_period", "must be at least 1s");
+        }
+        if c.protocol == Protocol::Directory {
+            let specific = matches!(c.icp_listen, SocketAddr::V4(a) if !a.ip().is_unspecified());
+            if !specific {
+                return invalid(
+                    "cooperation.icp_listen",
+                    "must be a specific IPv4 address with protocol = \"directory\" (it names us in directory entries)",
+                );
+            }
+            if let Some(p) = self.peers.iter().find(|p| {
+                p.role == meshcache_dcm::Role::Sibling && !matches!(p.icp, Some(SocketAddr::V4(_)))
+            }) {
+                return invalid(
+                    "peer.icp",
+                    &format!(
+                        "sibling {:?}: directory members need an IPv4 ICP address",
+                        p.name
+                    ),
+                );
+            }
+        }
+        if c.directory_ttl < Duration::from_secs(1) {
+            return invalid("cooperation.directory_ttl", "must be at least 1s");
+        }
+        if c.directory_memory < meshcache_dcm::directory::ENTRY_BYTES as u64 {
+            return invalid(
+                "cooperation.directory_memory",
+                "must hold at least one entry (128 B)",
+            );
         }
         let mut seen = std::collections::HashSet::new();
         for name in self.dns.hosts.keys() {

@@ -56,17 +56,28 @@ pub struct IcpCounters {
     pub bytes_sent: AtomicU64,
     /// Bytes of every datagram received on it.
     pub bytes_received: AtomicU64,
+    /// Directory datagrams sent (`DIR_*`, and the candidate queries the directory made).
+    pub directory_sent: AtomicU64,
+    /// Directory datagrams received.
+    pub directory_received: AtomicU64,
+    /// Directory datagrams refused: malformed, from a non-member, or a member speaking for
+    /// another.
+    pub directory_bad: AtomicU64,
 }
 
 /// The cooperation state of a node.
 pub struct Coop {
-    mesh: Mutex<IcpMesh>,
+    pub(crate) mesh: Mutex<IcpMesh>,
     specs: Vec<PeerSpec>,
     config: CooperationConfig,
     icp: OnceLock<Arc<UdpSocket>>,
     waiters: Mutex<HashMap<u32, oneshot::Sender<Route>>>,
     /// Our summary and the peers' (summary and digest protocols).
     summaries: Option<crate::summary::Summaries>,
+    /// Our share of the directory (directory protocol).
+    directory: Option<crate::directory::DirectoryState>,
+    /// The parents as a CARP array (carp protocol).
+    carp: Option<meshcache_dcm::CarpRouter>,
     /// Counters.
     pub counters: IcpCounters,
 }
@@ -114,6 +125,13 @@ impl Coop {
             dead_after: config.dead_peer_timeout,
             query_lone_parent: config.query_lone_parent,
         };
+        let carp = (config.protocol == Protocol::Carp).then(|| {
+            if config.carp_member {
+                meshcache_dcm::CarpRouter::with_self(&specs, &full.name, 1)
+            } else {
+                meshcache_dcm::CarpRouter::new(&specs)
+            }
+        });
         Coop {
             mesh: Mutex::new(IcpMesh::new(specs.clone(), icp_config)),
             specs,
@@ -121,6 +139,10 @@ impl Coop {
             icp: OnceLock::new(),
             waiters: Mutex::new(HashMap::new()),
             summaries: crate::summary::Summaries::new(full),
+            directory: (config.protocol == Protocol::Directory)
+                .then(|| crate::directory::DirectoryState::new(full))
+                .flatten(),
+            carp,
             counters: IcpCounters::default(),
         }
     }
@@ -133,6 +155,37 @@ impl Coop {
     /// The summary state, when the protocol keeps summaries.
     pub fn summaries(&self) -> Option<&crate::summary::Summaries> {
         self.summaries.as_ref()
+    }
+
+    /// The directory state, when the protocol is `directory`.
+    pub fn directory(&self) -> Option<&crate::directory::DirectoryState> {
+        self.directory.as_ref()
+    }
+
+    /// The cooperation settings.
+    pub(crate) fn config(&self) -> &CooperationConfig {
+        &self.config
+    }
+
+    /// Who is asking, for a query that arrives from (or is answered at) `addr`.
+    pub(crate) fn mesh_on_query(&self, addr: SocketAddr) -> meshcache_dcm::Asker {
+        let child = icp_allowed(&self.config.icp_allow, addr.ip());
+        self.mesh.lock().on_query(addr, child)
+    }
+
+    /// A search was decided outside a reply (a directory answer): wake its requester.
+    pub(crate) fn decided(&self, reqnum: u32, route: Route) {
+        if let Some(tx) = self.waiters.lock().remove(&reqnum) {
+            let _ = tx.send(route);
+        }
+    }
+
+    /// The peer at ICP address `addr` sent us something: it is alive.
+    pub(crate) fn heard_from_addr(&self, addr: SocketAddr) {
+        let mut mesh = self.mesh.lock();
+        if let Some(id) = mesh.peer_at(addr) {
+            mesh.heard_from(Instant::now(), id);
+        }
     }
 
     /// The ICP socket, once attached.
@@ -159,6 +212,42 @@ impl Coop {
     pub async fn route(&self, url: &str, host: &str, hierarchical: bool) -> Route {
         if self.specs.is_empty() {
             return Route::direct();
+        }
+        if let Some(carp) = &self.carp {
+            let now = Instant::now();
+            let mesh = self.mesh.lock();
+            let peers = mesh.peers();
+            let mut route = carp.route(url, host, |id| peers[id.0].http_up(now));
+            if route.hops.len() == 1 && !self.config.carp_member {
+                // Every CARP parent is down (or none serves the host): the other parents in
+                // Squid's order, then the origin. (A member of its own array fetches what it
+                // wins itself.)
+                drop(mesh);
+                if let Outcome::Decided(r) = self.mesh.lock().begin(now, url, host, false).outcome {
+                    route = r;
+                }
+            }
+            return route;
+        }
+        if let Some(d) = &self.directory {
+            let key = meshcache_store::StoreKey::get(url).0;
+            let search = {
+                let mut mesh = self.mesh.lock();
+                d.dir
+                    .lock()
+                    .begin(Instant::now(), &mut mesh, url, &key, host, hierarchical)
+            };
+            let meshcache_dcm::directory::DirSearch {
+                reqnum,
+                sends,
+                outcome,
+            } = search;
+            let waiter = self.wait_for_decision(&outcome, reqnum);
+            let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
+            if !sends.is_empty() {
+                crate::directory::send_from(self, sends).await;
+            }
+            return self.decision(outcome, waiter, reqnum).await;
         }
         let search = match &self.summaries {
             None => self
@@ -188,19 +277,39 @@ impl Coop {
             queries,
             outcome,
         } = search;
-        let waiter = match &outcome {
+        let waiter = self.wait_for_decision(&outcome, reqnum);
+        // From here on, a requester that goes away must not leave its search behind.
+        let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
+        if !queries.is_empty() {
+            self.send_queries(reqnum, url, &queries).await;
+        }
+        self.decision(outcome, waiter, reqnum).await
+    }
+
+    /// A waiter for search `reqnum`, when it is not decided yet.
+    fn wait_for_decision(
+        &self,
+        outcome: &Outcome,
+        reqnum: u32,
+    ) -> Option<oneshot::Receiver<Route>> {
+        match outcome {
             Outcome::Wait { .. } => {
                 let (tx, rx) = oneshot::channel();
                 self.waiters.lock().insert(reqnum, tx);
                 Some(rx)
             }
             Outcome::Decided(_) => None,
-        };
-        // From here on, a requester that goes away must not leave its search behind.
-        let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
-        if !queries.is_empty() {
-            self.send_queries(reqnum, url, &queries).await;
         }
+    }
+
+    /// The route of search `reqnum`: decided already, decided by a reply, or what stands at
+    /// its deadline.
+    async fn decision(
+        &self,
+        outcome: Outcome,
+        waiter: Option<oneshot::Receiver<Route>>,
+        reqnum: u32,
+    ) -> Route {
         match (outcome, waiter) {
             (Outcome::Decided(route), _) => route,
             (Outcome::Wait { deadline }, Some(mut rx)) => {
@@ -208,7 +317,13 @@ impl Coop {
                 tokio::select! {
                     decided = &mut rx => decided.unwrap_or_else(|_| Route::direct()),
                     _ = tokio::time::sleep_until(deadline) => {
-                        let route = self.mesh.lock().on_deadline(Instant::now(), reqnum);
+                        let route = {
+                            let mut mesh = self.mesh.lock();
+                            match &self.directory {
+                                Some(d) => d.dir.lock().on_deadline(Instant::now(), &mut mesh, reqnum),
+                                None => mesh.on_deadline(Instant::now(), reqnum),
+                            }
+                        };
                         match route {
                             Some(route) => route,
                             // A reply decided it just now.
@@ -284,6 +399,9 @@ impl Drop for Forget<'_> {
     fn drop(&mut self) {
         self.coop.waiters.lock().remove(&self.reqnum);
         self.coop.mesh.lock().abandon(self.reqnum);
+        if let Some(d) = &self.coop.directory {
+            d.dir.lock().abandon(self.reqnum);
+        }
     }
 }
 
@@ -524,6 +642,22 @@ pub(crate) async fn run_icp(
                 continue;
             }
         };
+        if buf
+            .first()
+            .is_some_and(|&op| meshcache_wire::directory::is_directory_opcode(op))
+        {
+            shared
+                .coop
+                .counters
+                .directory_received
+                .fetch_add(1, Relaxed);
+            let sends = crate::directory::on_datagram(&shared, &buf[..len], from);
+            if !sends.is_empty() {
+                crate::directory::send(&shared, sends).await;
+            }
+            efficiency.add(Category::Peer, start.elapsed());
+            continue;
+        }
         out.clear();
         let (reply_to, category) = handle_datagram(&shared, &buf[..len], from, &mut out);
         if let Some(reply_to) = reply_to {
@@ -548,6 +682,13 @@ fn handle_datagram(
     from: SocketAddr,
     out: &mut Vec<u8>,
 ) -> (Option<SocketAddr>, Category) {
+    if datagram
+        .first()
+        .is_some_and(|&op| meshcache_wire::directory::is_directory_opcode(op))
+    {
+        // Handled by the caller (it may send several datagrams).
+        return (None, Category::Peer);
+    }
     if datagram.first() == Some(&meshcache_wire::summary::OPCODE_DIRUPDATE) {
         // Summary upkeep serves our own searches.
         crate::summary::on_update_datagram(shared, datagram, from);
@@ -585,8 +726,20 @@ fn respond(
     match message.opcode {
         icp::Opcode::Query => {
             coop.counters.queries_received.fetch_add(1, Relaxed);
-            let child = icp_allowed(&coop.config.icp_allow, from.ip());
-            let asker = coop.mesh.lock().on_query(from, child);
+            let requester = match &message.payload {
+                icp::Payload::Query { requester, .. } => *requester,
+                _ => std::net::Ipv4Addr::UNSPECIFIED,
+            };
+            // A forwarded directory query is answered at the member it names.
+            let reply_to = crate::directory::reply_address(
+                shared,
+                from,
+                message.options,
+                message.option_data,
+                requester,
+            )?;
+            let child = icp_allowed(&coop.config.icp_allow, reply_to.ip());
+            let asker = coop.mesh.lock().on_query(reply_to, child);
             let url = message
                 .url_str()
                 .filter(|u| !u.contains(char::is_whitespace));
@@ -615,7 +768,7 @@ fn respond(
                 ReplyKind::Err => icp::Opcode::Err,
             };
             icp::encode(&icp::Message::reply(opcode, &message).ok()?, out).ok()?;
-            Some(from)
+            Some(reply_to)
         }
         op => {
             let kind = match op {
@@ -643,7 +796,18 @@ fn respond(
                     s.false_hit(peer);
                 }
             }
-            let decided = coop.mesh.lock().on_reply(Instant::now(), from, reply);
+            let decided = {
+                let now = Instant::now();
+                let mut mesh = coop.mesh.lock();
+                let mine = coop
+                    .directory
+                    .as_ref()
+                    .and_then(|d| d.dir.lock().on_reply(now, &mut mesh, from, reply));
+                match mine {
+                    Some(route) => route.map(|r| (reply.reqnum, r)),
+                    None => mesh.on_reply(now, from, reply),
+                }
+            };
             if let Some((reqnum, route)) = decided {
                 if let Some(tx) = coop.waiters.lock().remove(&reqnum) {
                     let _ = tx.send(route);

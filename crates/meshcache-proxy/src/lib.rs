@@ -25,6 +25,7 @@ pub mod body;
 pub mod cache;
 pub mod config;
 pub mod coop;
+pub mod directory;
 pub mod efficiency;
 pub mod error;
 pub mod guard;

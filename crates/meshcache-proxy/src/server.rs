@@ -201,6 +201,15 @@ impl Proxy {
                 stop_rx.clone(),
             )));
         }
+        if shared.coop.directory().is_some() {
+            // Subscribed before the first client is accepted: every admission reaches its owner.
+            let events = shared.cache.subscribe();
+            tasks.push(tokio::spawn(crate::directory::run_updates(
+                shared.clone(),
+                events,
+                stop_rx.clone(),
+            )));
+        }
         for listener in listeners.http {
             if let Ok(addr) = listener.local_addr() {
                 tracing::info!(%addr, name = %shared.config.name, "proxy listening");

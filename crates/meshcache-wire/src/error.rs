@@ -10,8 +10,10 @@ use crate::icp::{Message, Opcode};
 /// Everything that can go wrong while decoding or encoding a wire message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    /// The datagram is shorter than its structure requires: under the 20-byte ICP header, or a
-    /// `HIT_OBJ` whose object is cut short. Squid ignores it.
+    /// The datagram is shorter than its structure requires: under the 20-byte ICP header, a
+    /// `HIT_OBJ` whose object is cut short, or a directory message cut inside its fixed part
+    /// (`need` is then the smallest well-formed size given the fields read so far, e.g. a
+    /// `DIR_DATA` whose count promises more node addresses than it carries). Squid ignores it.
     #[error("truncated: need {need} bytes, have {have}")]
     Truncated {
         /// Bytes the structure needs.
@@ -171,6 +173,75 @@ pub enum WireError {
         set: u64,
         /// Array size in bits.
         bits: u32,
+    },
+
+    /// The directory decoder was given a datagram whose opcode is not a directory message
+    /// (`DIR_GET` 15, `DIR_DATA` 16, `DIR_ADD` 17, `DIR_DEL` 19); see
+    /// [`crate::directory::is_directory_opcode`].
+    #[error("opcode {0} is not a directory message")]
+    NotDirectoryOpcode(u8),
+
+    /// A directory message with option bits its opcode does not define (`DIR_GET` defines
+    /// 0x1 and 0x2, `DIR_DATA` 0x1, `DIR_ADD` and `DIR_DEL` none). Dropped.
+    #[error("directory opcode {opcode}: undefined option bits {bits:#010x}")]
+    DirUnknownFlags {
+        /// Opcode of the message.
+        opcode: u8,
+        /// The undefined bits that were set.
+        bits: u32,
+    },
+
+    /// A `DIR_DATA`, `DIR_ADD` or `DIR_DEL` with non-zero option data (only `DIR_GET` uses
+    /// the field, for alpha). Dropped.
+    #[error("directory opcode {opcode}: option data {value:#010x} must be 0")]
+    DirOptionData {
+        /// Opcode of the message.
+        opcode: u8,
+        /// The option data received.
+        value: u32,
+    },
+
+    /// A `DIR_GET` or `DIR_DATA` with no URL: the payload ends right after its fixed part.
+    #[error("directory opcode {opcode}: no URL")]
+    DirNoUrl {
+        /// Opcode of the message.
+        opcode: u8,
+    },
+
+    /// A `DIR_GET` or `DIR_DATA` with an empty URL: a NUL right after the fixed part (decode),
+    /// or an empty URL given to the encoder.
+    #[error("directory opcode {opcode}: empty URL")]
+    DirEmptyUrl {
+        /// Opcode of the message.
+        opcode: u8,
+    },
+
+    /// A `DIR_GET` or `DIR_DATA` whose last byte is not the NUL ending its URL.
+    #[error("directory opcode {opcode}: URL is not NUL-terminated")]
+    DirMissingNul {
+        /// Opcode of the message.
+        opcode: u8,
+    },
+
+    /// Bytes after the end of a directory payload: in a `DIR_GET` or `DIR_DATA`, after the NUL
+    /// that ends its URL (a second NUL, a second URL, padding); in a `DIR_ADD` or `DIR_DEL`, a
+    /// partial key, i.e. the bytes after the holder address are not a multiple of 16 (even
+    /// when fewer than 16 follow it).
+    #[error("directory opcode {opcode}: {extra} unexpected bytes after the end of the payload")]
+    DirTrailingBytes {
+        /// Opcode of the message.
+        opcode: u8,
+        /// How many bytes follow the URL's NUL, or the last whole key (the bytes after the
+        /// holder address mod 16).
+        extra: usize,
+    },
+
+    /// A `DIR_ADD` or `DIR_DEL` with no key: nothing follows the holder address (decode), or
+    /// an empty key list (encode).
+    #[error("directory opcode {opcode}: no store key")]
+    DirNoKeys {
+        /// Opcode of the message.
+        opcode: u8,
     },
 }
 

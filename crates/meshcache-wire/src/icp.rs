@@ -62,6 +62,18 @@ pub const HEADER_LEN: usize = 20;
 /// 16,384-byte datagram arrives truncated and fails the length check (verified on 5.7).
 pub const MAX_DATAGRAM: usize = 16_383;
 
+/// The Message Length field for a datagram of `len` bytes, or [`WireError::TooLong`] past
+/// [`MAX_DATAGRAM`].
+pub(crate) fn length_field(len: usize) -> Result<u16, WireError> {
+    match u16::try_from(len) {
+        Ok(length) if len <= MAX_DATAGRAM => Ok(length),
+        _ => Err(WireError::TooLong {
+            len,
+            max: MAX_DATAGRAM,
+        }),
+    }
+}
+
 /// The only ICP version meshcache speaks (and the only one Squid sends).
 pub const VERSION: u8 = 2;
 
@@ -600,15 +612,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) -> Result<(), WireError> {
         return Err(WireError::UrlContainsNul { at });
     }
     let len = msg.encoded_len();
-    let length = match u16::try_from(len) {
-        Ok(length) if len <= MAX_DATAGRAM => length,
-        _ => {
-            return Err(WireError::TooLong {
-                len,
-                max: MAX_DATAGRAM,
-            })
-        }
-    };
+    let length = crate::icp::length_field(len)?;
 
     out.reserve(len);
     out.push(msg.opcode.as_u8());

@@ -17,7 +17,14 @@
 //! - [`summary`] — Summary Cache (SC-ICP): `ICP_OP_DIRUPDATE` delta updates and the whole
 //!   array served over HTTP.
 //!
-//! Later codecs (directory messages, CARP hashing) get a module each next to these.
+//! - [`carp`] — CARP v1 hash routing (draft-vinod-carp-v1-03) as Squid 5.7 computes it: URL,
+//!   member and combined hashes, load-factor multipliers, and [`carp::CarpArray`], which ranks
+//!   the members for a URL with Squid's pick first.
+//!
+//! - [`directory`] — directory-based DCM: `ICP_DIR_GET`, `ICP_DIR_DATA`, `ICP_DIR_ADD` and
+//!   `ICP_DIR_DEL`, batching of holder updates, and the rendezvous placement of entries.
+//!
+//! Later codecs get a module each next to these.
 //!
 //! ## Guarantees
 //!
@@ -26,6 +33,8 @@
 //! - Encoders refuse what a peer would reject (NUL inside a URL, datagrams over
 //!   [`icp::MAX_DATAGRAM`] bytes) instead of sending it.
 
+pub mod carp;
+pub mod directory;
 pub mod error;
 pub mod icp;
 pub mod summary;
@@ -47,6 +56,66 @@ pub fn fuzz_summary_decode(data: &[u8]) {
             Some(data),
             "a decoded array re-encodes identically"
         );
+    }
+}
+
+/// Body of the `directory_decode` cargo-fuzz target: decodes `data` as a directory message;
+/// whatever decodes must re-encode to exactly `data` (and a `DIR_ADD`/`DIR_DEL`'s keys must
+/// batch back into that one datagram); every error must be dropped, never answered.
+#[doc(hidden)]
+pub fn fuzz_directory_decode(data: &[u8]) {
+    match directory::decode(data) {
+        Ok(msg) => {
+            assert!(
+                data.first()
+                    .is_some_and(|&op| directory::is_directory_opcode(op)),
+                "decoded a datagram without a directory opcode"
+            );
+            let mut out = Vec::new();
+            if let Err(e) = directory::encode(&msg, &mut out) {
+                panic!("a decoded directory message does not re-encode: {e}");
+            }
+            assert_eq!(
+                out, data,
+                "a decoded directory message re-encodes identically"
+            );
+            assert_eq!(
+                msg.encoded_len(),
+                data.len(),
+                "encoded_len disagrees with decode"
+            );
+            let holders = match &msg {
+                directory::DirMessage::Add(m) => Some((directory::HolderOp::Add, m)),
+                directory::DirMessage::Del(m) => Some((directory::HolderOp::Del, m)),
+                _ => None,
+            };
+            if let Some((op, m)) = holders {
+                let mut batches = Vec::new();
+                let report = directory::encode_batches(
+                    op,
+                    m.seq,
+                    m.sender,
+                    m.holder,
+                    &m.keys,
+                    data.len(),
+                    &mut batches,
+                );
+                assert_eq!(
+                    report.map(|r| (r.datagrams, r.skipped)),
+                    Ok((1, 0)),
+                    "a decoded update's keys batch into one datagram"
+                );
+                assert_eq!(batches, [data], "batching a decoded update gives it back");
+            }
+        }
+        Err(err) => {
+            let _ = err.to_string();
+            assert_eq!(
+                err.verdict(),
+                Verdict::Drop,
+                "a directory error is answered"
+            );
+        }
     }
 }
 
