@@ -5,13 +5,16 @@
 //! - **admission**: which cache a client talks to; the lab assigns clients, a node accepts.
 //! - **search**: how a miss looks for a copy among neighbours ([`icp`]: query every eligible
 //!   peer in parallel; [`summary`]: ask only the peers whose summary says "maybe" — Summary
-//!   Cache's ICP queries, or Cache Digests' straight fetch).
+//!   Cache's ICP queries, or Cache Digests' straight fetch; [`directory`]: ask the URL's
+//!   directory owner, then α holders; [`multicast`]: one query to a multicast group, answered
+//!   by holders only).
 //! - **decision**: which neighbour serves it ([`select`]: first HIT; else the first or closest
 //!   parent MISS, weighted; else other parents, the default parent, then the origin; [`carp`]:
 //!   no search at all, CARP hashing of the URL picks the parent).
 //! - **termination**: when to stop searching ([`icp`]: all expected replies in, a HIT, or an
 //!   adaptive timeout; never a query whose answer cannot change the route; dead peers are
-//!   not waited for).
+//!   not waited for; [`multicast`]: misses are never answered, so the adaptive deadline is the
+//!   normal end of a miss).
 //! - **replication**: whether the requesting cache keeps a copy (`proxy-only` peers).
 //!
 //! Nothing here does I/O or reads a clock: every call takes `now`, and every effect is returned
@@ -22,12 +25,15 @@
 //! matching), [`hier`] (Squid's hierarchy codes), [`select`] (ordering the candidates of a
 //! request), [`carp`] (CARP hash routing over the parents), [`icp`] (the ICP search and
 //! responder logic), [`summary`] (our own summary and its delta updates; the neighbours'
-//! summaries).
+//! summaries), [`directory`] (dbDCM: the shared directory, its search variants and upkeep),
+//! [`multicast`] (the Berkeley protocol: the multicast search, its adaptive deadline and its
+//! silent responder).
 
 pub mod carp;
 pub mod directory;
 pub mod hier;
 pub mod icp;
+pub mod multicast;
 pub mod peer;
 pub mod select;
 pub mod summary;

@@ -271,8 +271,9 @@ pub struct RunConfig {
     /// The topology: a built-in name or a custom one.
     pub topology: String,
     /// Cooperation protocol of every node: "none", "icp", "summary" (meshcache only),
-    /// "digest", "directory" (meshcache only) or "carp" (meshcache only: the nodes split the
-    /// URLs by CARP, each a member of the array, the others its parents).
+    /// "digest", "directory" (meshcache only), "carp" (meshcache only: the nodes split the
+    /// URLs by CARP, each a member of the array, the others its parents) or "multicast"
+    /// (meshcache only: the Berkeley protocol's multicast search).
     #[serde(default = "none")]
     pub protocol: String,
     /// Summary protocol: share of changed documents that triggers an update (default 0.01).
@@ -293,6 +294,11 @@ pub struct RunConfig {
     /// Directory protocol: "pessimistic" (the default) or "optimistic" holder entries.
     #[serde(default)]
     pub updates: Option<String>,
+    /// Multicast protocol: "auto" (the default: IP multicast on loopback when the kernel
+    /// delivers it), "ip" or "logical" (the query unicast to every member). Links between
+    /// nodes make it "logical": the group would bypass the emulated link.
+    #[serde(default)]
+    pub multicast_mode: Option<String>,
     /// The configuration the others are compared with.
     #[serde(default)]
     pub baseline: bool,
@@ -461,12 +467,12 @@ impl Experiment {
             }
             if !matches!(
                 c.protocol.as_str(),
-                "none" | "icp" | "summary" | "digest" | "directory" | "carp"
+                "none" | "icp" | "summary" | "digest" | "directory" | "carp" | "multicast"
             ) {
                 return Err(invalid(
                     key("protocol"),
                     format!(
-                        "unknown protocol {:?} (known: none, icp, summary, digest, directory, carp)",
+                        "unknown protocol {:?} (known: none, icp, summary, digest, directory, carp, multicast)",
                         c.protocol
                     ),
                 ));
@@ -478,6 +484,15 @@ impl Experiment {
                 return Err(invalid(
                     key("variant"),
                     "must be \"requester\" or \"owner\"",
+                ));
+            }
+            if c.multicast_mode
+                .as_deref()
+                .is_some_and(|v| !matches!(v, "auto" | "ip" | "logical"))
+            {
+                return Err(invalid(
+                    key("multicast_mode"),
+                    "must be \"auto\", \"ip\" or \"logical\"",
                 ));
             }
             if c.updates
@@ -500,7 +515,7 @@ impl Experiment {
                     "Squid does not speak Summary Cache (SC-ICP): give this config products = [\"meshcache\"]",
                 ));
             }
-            if matches!(c.protocol.as_str(), "directory" | "carp")
+            if matches!(c.protocol.as_str(), "directory" | "carp" | "multicast")
                 && products.contains(&Product::Squid)
             {
                 return Err(invalid(
@@ -574,4 +589,30 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .parse::<bytesize::ByteSize>()
         .map(|b| b.as_u64())
         .map_err(|e| format!("{text:?} is not a size: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_config(config: &str) -> Result<Experiment, ExperimentError> {
+        Experiment::from_toml(&format!(
+            "name = \"x\"\nproducts = [\"meshcache\"]\n[workload]\nmodel = \"benchmark\"\n\n[[config]]\nname = \"c\"\ntopology = \"4.0\"\n{config}\n"
+        ))
+    }
+
+    #[test]
+    fn multicast_is_a_meshcache_protocol_with_a_mode() {
+        let e =
+            with_config("protocol = \"multicast\"\nmulticast_mode = \"logical\"").expect("valid");
+        assert_eq!(e.config[0].multicast_mode.as_deref(), Some("logical"));
+        let err = with_config("protocol = \"multicast\"\nmulticast_mode = \"sometimes\"")
+            .expect_err("unknown mode")
+            .to_string();
+        assert!(err.contains("multicast_mode"), "{err}");
+        let err = with_config("protocol = \"multicast\"\nproducts = [\"squid\"]")
+            .expect_err("meshcache only")
+            .to_string();
+        assert!(err.contains("products"), "{err}");
+    }
 }

@@ -260,6 +260,11 @@ pub fn parse_meshcache_stats(json: &serde_json::Value) -> NodeCounters {
         .map(|p| f(&p["stats"]["expected_false_hits"]))
         .sum::<f64>();
     NodeCounters {
+        // Multicast queries are in `icp.queries_sent` once per datagram actually sent: one
+        // per search in IP multicast mode (one IP multicast datagram is one message, however
+        // many members receive it, as the directory-based DCM paper's footnote 3 counts it),
+        // one per member in logical mode. `multicast.queries_sent` repeats them and is not
+        // added. Each member that receives a copy counts it in its `icp.queries_received`.
         udp_sent: u(&icp["queries_sent"])
             + u(&icp["replies_sent"])
             + u(&sum["updates_sent"])
@@ -337,6 +342,18 @@ mod tests {
             }
         );
         assert!(net_counters().is_ok());
+    }
+
+    #[test]
+    fn multicast_queries_count_once_per_datagram() {
+        // Two searches in IP mode: two datagrams, however many members got them; one HIT.
+        let stats = serde_json::json!({
+            "icp": {"queries_sent": 2, "replies_sent": 0, "queries_received": 4,
+                    "replies_received": 1, "directory_sent": 0, "directory_received": 0},
+            "multicast": {"mode": "ip", "queries_sent": 2, "searches": 2, "hits": 1},
+        });
+        let c = parse_meshcache_stats(&stats);
+        assert_eq!((c.udp_sent, c.udp_received), (2, 5));
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub struct NodePlan {
     pub memory: u64,
     /// Largest stored object in bytes.
     pub max_object_size: u64,
-    /// Cooperation protocol: "none", "icp", "summary" or "digest".
+    /// Cooperation protocol: "none", "icp", "summary", "digest", "directory", "carp" or
+    /// "multicast".
     pub protocol: String,
     /// Extra `key = value` lines for meshcache's `[cooperation]` table (summary settings).
     pub cooperation: Vec<String>,
@@ -100,9 +101,13 @@ impl NodePlan {
         SocketAddr::from((self.ip, ADMIN_PORT))
     }
 
-    /// Whether the node speaks ICP to its neighbours (ICP, or Summary Cache's ICP queries).
+    /// Whether the node speaks ICP to its neighbours (ICP, Summary Cache's ICP queries, the
+    /// directory's messages and queries, or the multicast search's queries and hits).
     pub fn icp(&self) -> bool {
-        matches!(self.protocol.as_str(), "icp" | "summary" | "directory")
+        matches!(
+            self.protocol.as_str(),
+            "icp" | "summary" | "directory" | "multicast"
+        )
     }
 
     fn digest_period_s(&self) -> u64 {

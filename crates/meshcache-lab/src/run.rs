@@ -430,6 +430,8 @@ async fn run_one(
 
     // Links: relays in between, and the parties' views rewritten to the relays' faces.
     let mut links = Vec::new();
+    // A link between two nodes: its ICP relay is the only path between them.
+    let mut node_links = false;
     let mut faces = 0usize;
     let mut face = || {
         faces += 1;
@@ -466,6 +468,7 @@ async fn run_one(
                 }
             }
             (Party::Node(x), Party::Node(y)) => {
+                node_links = true;
                 let cfg = oriented(l, true);
                 let (fx, fy) = (face(), face()); // fx: x's view of y; fy: y's view of x
                 let x_icp = SocketAddr::from((node::node_ip(x), node::ICP_PORT));
@@ -544,6 +547,21 @@ async fn run_one(
     }
     if p.config.protocol == "carp" {
         cooperation.push("carp_member = true".into());
+    }
+    if p.config.protocol == "multicast" {
+        // The nodes join the group on loopback, where the lab runs them. Queries sent to the
+        // group would bypass an emulated link between two nodes (and arrive from an address
+        // the receiver knows only by the relay's), so such runs unicast to each member.
+        let mode = match (p.config.multicast_mode.as_deref(), node_links) {
+            (Some("ip"), true) => bail!(
+                "config {:?}: multicast_mode = \"ip\" with links between nodes: the group would bypass them",
+                p.config.name
+            ),
+            (_, true) => "logical",
+            (Some(m), false) => m,
+            (None, false) => "auto",
+        };
+        cooperation.push(format!("multicast_mode = \"{mode}\""));
     }
     for (i, tn) in topo.nodes.iter().enumerate() {
         let peers = tn

@@ -54,6 +54,9 @@ pub(crate) async fn handle(
                 if let Some(d) = shared.coop.directory() {
                     obj.insert("directory".into(), d.report());
                 }
+                if let Some(m) = shared.coop.multicast() {
+                    obj.insert("multicast".into(), m.report(&shared.coop));
+                }
                 if let Some(s) = shared.coop.summaries() {
                     let names: Vec<String> =
                         shared.config.peers.iter().map(|p| p.name.clone()).collect();
@@ -132,6 +135,33 @@ fn cooperation_metrics(shared: &Shared, out: &mut String) {
                     format!("meshcache_directory_{k}")
                 };
                 let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+            }
+        }
+    }
+    if let Some(m) = shared.coop.multicast() {
+        if let Some(obj) = m.report(&shared.coop).as_object() {
+            for (k, v) in obj {
+                match k.as_str() {
+                    "mode" => {
+                        let _ = writeln!(
+                            out,
+                            "# HELP meshcache_multicast_mode How queries are sent: one datagram to the group (ip) or one per member (logical).\n# TYPE meshcache_multicast_mode gauge\nmeshcache_multicast_mode{{mode={v}}} 1"
+                        );
+                    }
+                    "group" | "why_logical" => {}
+                    "in_flight" | "wait_ms" => {
+                        let _ = writeln!(
+                            out,
+                            "# TYPE meshcache_multicast_{k} gauge\nmeshcache_multicast_{k} {v}"
+                        );
+                    }
+                    _ => {
+                        let _ = writeln!(
+                            out,
+                            "# TYPE meshcache_multicast_{k}_total counter\nmeshcache_multicast_{k}_total {v}"
+                        );
+                    }
+                }
             }
         }
     }

@@ -6,7 +6,7 @@
 //! commented default that `meshcache config default` prints; a test checks that it parses to
 //! exactly [`Config::default`], so the two can never drift apart.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -279,6 +279,10 @@ pub enum Protocol {
     Directory,
     /// CARP v1 hash routing to the parents (as Squid's `carp` parents): no queries at all.
     Carp,
+    /// The multicast search (the Berkeley protocol): one query to an IP multicast group (or,
+    /// where loopback cannot carry it, to each member in turn); only holders answer, and the
+    /// deadline sends a miss to the parents or the origin.
+    Multicast,
 }
 
 impl Protocol {
@@ -286,7 +290,7 @@ impl Protocol {
     pub fn uses_icp(self) -> bool {
         matches!(
             self,
-            Protocol::Icp | Protocol::Summary | Protocol::Directory
+            Protocol::Icp | Protocol::Summary | Protocol::Directory | Protocol::Multicast
         )
     }
 
@@ -304,6 +308,20 @@ pub use meshcache_dcm::directory::Flush as DirFlush;
 pub use meshcache_dcm::directory::UpdateMode as DirUpdateMode;
 /// Directory search variant (see `meshcache_dcm::directory::Variant`).
 pub use meshcache_dcm::directory::Variant as DirVariant;
+
+/// How the multicast search sends its queries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MulticastMode {
+    /// IP multicast when the kernel delivers the group's traffic on loopback (probed at start)
+    /// and every member is on this host's loopback; logical multicast otherwise.
+    #[default]
+    Auto,
+    /// IP multicast, or refuse to start.
+    Ip,
+    /// Logical multicast: the query unicast to every member.
+    Logical,
+}
 
 /// Cooperation settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -372,6 +390,18 @@ pub struct CooperationConfig {
     /// listing the others as parents), so the URLs we win we fetch. Off: the parents are the
     /// array, as for a Squid child with `carp` parents.
     pub carp_member: bool,
+    /// Multicast: the IPv4 multicast group (address and port) every member joins on loopback
+    /// and sends its queries to.
+    pub multicast_group: SocketAddrV4,
+    /// Multicast: the queries' IP TTL. 0 keeps them on this host whatever the routes say.
+    pub multicast_ttl: u32,
+    /// Multicast: `auto`, `ip` or `logical` (see [`MulticastMode`]).
+    pub multicast_mode: MulticastMode,
+    /// Multicast: shortest wait for a HIT. The wait is three times the slowest member's mean
+    /// HIT round trip (five times this floor until one is known), within this floor and
+    /// `icp_timeout_ceiling`; nobody answers a miss, so every miss waits it out.
+    #[serde(with = "humantime_serde")]
+    pub multicast_timeout_floor: Duration,
 }
 
 impl Default for CooperationConfig {
@@ -399,6 +429,10 @@ impl Default for CooperationConfig {
             directory_memory: 16 * 1024 * 1024,
             directory_flush: DirFlush::Lru,
             carp_member: false,
+            multicast_group: SocketAddrV4::new(Ipv4Addr::new(239, 255, 31, 30), 3131),
+            multicast_ttl: 0,
+            multicast_mode: MulticastMode::Auto,
+            multicast_timeout_floor: Duration::from_millis(20),
         }
     }
 }
@@ -595,6 +629,63 @@ impl Config {
                     ),
                 );
             }
+        }
+        if c.protocol == Protocol::Multicast {
+            if !c.icp_listen.is_ipv4() {
+                return invalid(
+                    "cooperation.icp_listen",
+                    "must be an IPv4 address with protocol = \"multicast\" (the group is IPv4)",
+                );
+            }
+            if let Some(p) = self
+                .peers
+                .iter()
+                .find(|p| p.icp.is_some_and(|a| !a.is_ipv4()))
+            {
+                return invalid(
+                    "peer.icp",
+                    &format!(
+                        "peer {:?}: multicast members need an IPv4 ICP address",
+                        p.name
+                    ),
+                );
+            }
+            if c.multicast_mode == MulticastMode::Ip {
+                if let Some(p) = self
+                    .peers
+                    .iter()
+                    .find(|p| p.icp.is_some_and(|a| !a.ip().is_loopback()))
+                {
+                    return invalid(
+                        "cooperation.multicast_mode",
+                        &format!(
+                            "\"ip\" reaches loopback members only, and peer {:?} is not on loopback: use \"auto\" or \"logical\"",
+                            p.name
+                        ),
+                    );
+                }
+            }
+        }
+        if !c.multicast_group.ip().is_multicast() || c.multicast_group.port() == 0 {
+            return invalid(
+                "cooperation.multicast_group",
+                "must be an IPv4 multicast address (224.0.0.0/4) with a port",
+            );
+        }
+        if c.multicast_ttl > 255 {
+            return invalid("cooperation.multicast_ttl", "must be 0 to 255");
+        }
+        if c.multicast_timeout_floor < Duration::from_millis(1) {
+            return invalid(
+                "cooperation.multicast_timeout_floor",
+                "must be at least 1ms",
+            );
+        }
+        if c.multicast_timeout_floor > c.icp_timeout_ceiling {
+            return invalid(
+                "cooperation.multicast_timeout_floor",
+                "is above cooperation.icp_timeout_ceiling",
+            );
         }
         if c.directory_ttl < Duration::from_secs(1) {
             return invalid("cooperation.directory_ttl", "must be at least 1s");
@@ -839,6 +930,57 @@ mod tests {
         )
         .expect("parses");
         assert!(c.peers[0].no_digest && !c.cooperation.protocol.uses_icp());
+    }
+
+    #[test]
+    fn multicast_settings_are_checked() {
+        let c = Config::from_toml(
+            "[cooperation]\nprotocol = \"multicast\"\nmulticast_group = \"239.1.2.3:4000\"\nmulticast_mode = \"logical\"\nmulticast_timeout_floor = \"5ms\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.cooperation.protocol, Protocol::Multicast);
+        assert!(c.cooperation.protocol.uses_icp());
+        assert_eq!(
+            c.cooperation.multicast_group,
+            SocketAddrV4::new(Ipv4Addr::new(239, 1, 2, 3), 4000)
+        );
+        assert_eq!(c.cooperation.multicast_mode, MulticastMode::Logical);
+        for (text, key) in [
+            (
+                "multicast_group = \"10.0.0.1:3131\"",
+                "cooperation.multicast_group",
+            ),
+            (
+                "multicast_group = \"239.1.2.3:0\"",
+                "cooperation.multicast_group",
+            ),
+            ("multicast_ttl = 256", "cooperation.multicast_ttl"),
+            (
+                "multicast_timeout_floor = \"0s\"",
+                "cooperation.multicast_timeout_floor",
+            ),
+            (
+                "multicast_timeout_floor = \"3s\"",
+                "cooperation.multicast_timeout_floor",
+            ),
+            (
+                "protocol = \"multicast\"\nicp_listen = \"[::1]:3130\"",
+                "cooperation.icp_listen",
+            ),
+            (
+                "protocol = \"multicast\"\nmulticast_mode = \"ip\"\n[[peer]]\nname = \"far\"\nrole = \"sibling\"\nhttp = \"10.0.0.2:3128\"\nicp = \"10.0.0.2:3130\"",
+                "cooperation.multicast_mode",
+            ),
+        ] {
+            let err = Config::from_toml(&format!("[cooperation]\n{text}\n"))
+                .expect_err("must be refused")
+                .to_string();
+            assert!(err.starts_with(key), "{text}: {err}");
+        }
+        let err = Config::from_toml("[cooperation]\nmulticast_mode = \"sometimes\"\n")
+            .expect_err("must be refused")
+            .to_string();
+        assert!(err.contains("sometimes"), "{err}");
     }
 
     #[test]

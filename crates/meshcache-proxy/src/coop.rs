@@ -8,6 +8,11 @@
 //! `cooperation.peer_response_timeout` is marked down and skipped, so a dead or stalled parent
 //! costs at most that bound and never the request. `run_icp` is the UDP side: it
 //! answers peers' queries from the store and feeds replies to the search.
+//!
+//! Per protocol, `route` hands the search to its own driver: [`crate::directory`] (a lookup
+//! at the URL's owner, then α holders), [`crate::multicast`] (one query to the group, or to
+//! each member, answered by holders only), CARP (no search), the summaries (queries only where
+//! a summary says hit, or none for digests), or plain ICP.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -78,6 +83,8 @@ pub struct Coop {
     directory: Option<crate::directory::DirectoryState>,
     /// The parents as a CARP array (carp protocol).
     carp: Option<meshcache_dcm::CarpRouter>,
+    /// The multicast search (multicast protocol).
+    multicast: Option<crate::multicast::MulticastState>,
     /// Counters.
     pub counters: IcpCounters,
 }
@@ -143,6 +150,7 @@ impl Coop {
                 .then(|| crate::directory::DirectoryState::new(full))
                 .flatten(),
             carp,
+            multicast: crate::multicast::MulticastState::new(full),
             counters: IcpCounters::default(),
         }
     }
@@ -160,6 +168,11 @@ impl Coop {
     /// The directory state, when the protocol is `directory`.
     pub fn directory(&self) -> Option<&crate::directory::DirectoryState> {
         self.directory.as_ref()
+    }
+
+    /// The multicast state, when the protocol is `multicast`.
+    pub fn multicast(&self) -> Option<&crate::multicast::MulticastState> {
+        self.multicast.as_ref()
     }
 
     /// The cooperation settings.
@@ -249,6 +262,25 @@ impl Coop {
             }
             return self.decision(outcome, waiter, reqnum).await;
         }
+        if let Some(m) = &self.multicast {
+            let search = {
+                let mut mesh = self.mesh.lock();
+                m.dcm
+                    .lock()
+                    .begin(Instant::now(), &mut mesh, url, host, hierarchical)
+            };
+            let meshcache_dcm::multicast::McSearch {
+                reqnum,
+                queries,
+                outcome,
+            } = search;
+            let waiter = self.wait_for_decision(&outcome, reqnum);
+            let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
+            if !queries.is_empty() {
+                crate::multicast::send_queries(self, reqnum, url, &queries).await;
+            }
+            return self.decision(outcome, waiter, reqnum).await;
+        }
         let search = match &self.summaries {
             None => self
                 .mesh
@@ -319,9 +351,11 @@ impl Coop {
                     _ = tokio::time::sleep_until(deadline) => {
                         let route = {
                             let mut mesh = self.mesh.lock();
-                            match &self.directory {
-                                Some(d) => d.dir.lock().on_deadline(Instant::now(), &mut mesh, reqnum),
-                                None => mesh.on_deadline(Instant::now(), reqnum),
+                            let now = Instant::now();
+                            match (&self.directory, &self.multicast) {
+                                (Some(d), _) => d.dir.lock().on_deadline(now, &mut mesh, reqnum),
+                                (None, Some(m)) => m.dcm.lock().on_deadline(now, &mut mesh, reqnum),
+                                (None, None) => mesh.on_deadline(now, reqnum),
                             }
                         };
                         match route {
@@ -401,6 +435,9 @@ impl Drop for Forget<'_> {
         self.coop.mesh.lock().abandon(self.reqnum);
         if let Some(d) = &self.coop.directory {
             d.dir.lock().abandon(self.reqnum);
+        }
+        if let Some(m) = &self.coop.multicast {
+            m.dcm.lock().abandon(self.reqnum);
         }
     }
 }
@@ -726,6 +763,10 @@ fn respond(
     match message.opcode {
         icp::Opcode::Query => {
             coop.counters.queries_received.fetch_add(1, Relaxed);
+            if meshcache_wire::multicast::is_multicast_query(&message) {
+                // Hits only: a miss, a stranger or a malformed URL get silence.
+                return crate::multicast::answer(shared, &message, from, out);
+            }
             let requester = match &message.payload {
                 icp::Payload::Query { requester, .. } => *requester,
                 _ => std::net::Ipv4Addr::UNSPECIFIED,
@@ -802,7 +843,12 @@ fn respond(
                 let mine = coop
                     .directory
                     .as_ref()
-                    .and_then(|d| d.dir.lock().on_reply(now, &mut mesh, from, reply));
+                    .and_then(|d| d.dir.lock().on_reply(now, &mut mesh, from, reply))
+                    .or_else(|| {
+                        coop.multicast
+                            .as_ref()
+                            .and_then(|m| m.dcm.lock().on_reply(now, &mut mesh, from, reply))
+                    });
                 match mine {
                     Some(route) => route.map(|r| (reply.reqnum, r)),
                     None => mesh.on_reply(now, from, reply),

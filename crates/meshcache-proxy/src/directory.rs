@@ -384,9 +384,16 @@ pub(crate) async fn run_updates(
     };
     let mut drain = tokio::time::interval(DRAIN_INTERVAL);
     drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Holder records expire after the TTL: everything still stored is announced again at half
+    // of it, so a long-lived object stays listed.
+    let ttl = shared.config.cooperation.directory_ttl;
+    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 2, ttl / 2);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let mut renewing = false;
         tokio::select! {
             _ = drain.tick() => {}
+            _ = renew.tick() => renewing = true,
             _ = stop.changed() => return,
         }
         let sends = {
@@ -410,12 +417,15 @@ pub(crate) async fn run_updates(
                     Err(TryRecvError::Closed) => return,
                 }
             }
-            if lagged {
-                // Some events were lost: announce everything the store holds again (adds are
-                // idempotent; a lost removal expires with its TTL).
-                tracing::warn!(
-                    "directory upkeep fell behind the store; announcing the store again"
-                );
+            if lagged || renewing {
+                // Some events were lost, or the records are due for renewal: announce
+                // everything the store holds again (adds are idempotent; a lost removal expires
+                // with its TTL).
+                if lagged {
+                    tracing::warn!(
+                        "directory upkeep fell behind the store; announcing the store again"
+                    );
+                }
                 for key in shared.cache.keys() {
                     dir.on_admitted(now, key.0);
                 }

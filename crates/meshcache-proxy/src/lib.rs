@@ -31,6 +31,7 @@ pub mod error;
 pub mod guard;
 pub mod headers;
 pub mod metrics;
+pub mod multicast;
 pub mod outcome;
 pub mod semantics;
 pub mod server;
@@ -83,6 +84,14 @@ pub enum ProxyError {
         addr: SocketAddr,
         /// Why.
         source: std::io::Error,
+    },
+    /// `multicast_mode = "ip"`, and IP multicast on loopback is not available.
+    #[error("multicast group {group}: {reason}")]
+    Multicast {
+        /// The group.
+        group: std::net::SocketAddrV4,
+        /// Why.
+        reason: String,
     },
     /// The access log could not be opened.
     #[error("cannot open access log {path:?}: {source}")]

@@ -38,6 +38,8 @@ pub struct Listeners {
     pub admin: Option<TcpListener>,
     /// The ICP socket, when the protocol is ICP.
     pub icp: Option<tokio::net::UdpSocket>,
+    /// The multicast group socket and what the start-up probe found (multicast protocol).
+    pub multicast: Option<crate::multicast::GroupSocket>,
 }
 
 impl Listeners {
@@ -54,18 +56,29 @@ impl Listeners {
             .listen
             .map(|a| bind_tcp(a, &SocketOptions::default()))
             .transpose()?;
-        let icp = if config.cooperation.protocol.uses_icp() {
+        let (icp, multicast) = if config.cooperation.protocol.uses_icp() {
             let addr = config.cooperation.icp_listen;
-            let bind = || -> std::io::Result<tokio::net::UdpSocket> {
-                let socket = std::net::UdpSocket::bind(addr)?;
+            let socket = std::net::UdpSocket::bind(addr)
+                .map_err(|source| ProxyError::Bind { addr, source })?;
+            // Before the socket goes non-blocking: the probe waits for its datagram.
+            let multicast = crate::multicast::bind(config, &socket)?;
+            let ready = || -> std::io::Result<tokio::net::UdpSocket> {
                 socket.set_nonblocking(true)?;
                 tokio::net::UdpSocket::from_std(socket)
             };
-            Some(bind().map_err(|source| ProxyError::Bind { addr, source })?)
+            (
+                Some(ready().map_err(|source| ProxyError::Bind { addr, source })?),
+                multicast,
+            )
         } else {
-            None
+            (None, None)
         };
-        Ok(Listeners { http, admin, icp })
+        Ok(Listeners {
+            http,
+            admin,
+            icp,
+            multicast,
+        })
     }
 
     /// The client listeners' addresses.
@@ -187,6 +200,16 @@ impl Proxy {
                 socket,
                 stop_rx.clone(),
             )));
+        }
+        if shared.coop.multicast().is_some() {
+            crate::multicast::start(&shared.coop, &shared.config, listeners.multicast.as_ref());
+            if let Some(socket) = listeners.multicast.and_then(|g| g.socket) {
+                tasks.push(tokio::spawn(crate::multicast::run_group(
+                    shared.clone(),
+                    Arc::new(socket),
+                    stop_rx.clone(),
+                )));
+            }
         }
         if shared.coop.summaries().is_some() {
             // Subscribed before the first client is accepted: no admission goes unseen.

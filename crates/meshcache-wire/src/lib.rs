@@ -24,6 +24,9 @@
 //! - [`directory`] — directory-based DCM: `ICP_DIR_GET`, `ICP_DIR_DATA`, `ICP_DIR_ADD` and
 //!   `ICP_DIR_DEL`, batching of holder updates, and the rendezvous placement of entries.
 //!
+//! - [`multicast`] — the multicast search's (Berkeley protocol's) query flag: answer a hit,
+//!   stay silent on a miss.
+//!
 //! Later codecs get a module each next to these.
 //!
 //! ## Guarantees
@@ -37,6 +40,7 @@ pub mod carp;
 pub mod directory;
 pub mod error;
 pub mod icp;
+pub mod multicast;
 pub mod summary;
 
 pub use error::{Verdict, WireError};

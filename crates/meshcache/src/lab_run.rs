@@ -3,7 +3,8 @@
 //! `results.md` and the graphs into DIR.
 //!
 //! Unless told otherwise (`--netns off`), the command first moves itself
-//! into a network namespace of its own (`unshare --net`, loopback up), so
+//! into a network namespace of its own (`unshare --net`, loopback up, with
+//! multicast on loopback where the kernel allows it), so
 //! the UDP and TCP counters it reads count only the experiment's traffic and
 //! nothing it starts can reach beyond this machine's loopback.
 
@@ -152,8 +153,8 @@ fn parent_pid() -> u32 {
         .unwrap_or(0)
 }
 
-/// Runs this same command again inside a new network namespace with loopback up; returns
-/// its exit code. The child is in this process's process group, so ctrl-c reaches it.
+/// Runs this same command again inside a new network namespace with loopback up (and, where
+/// allowed, multicast on loopback with a route for 224.0.0.0/4); returns its exit code. The child is in this process's process group, so ctrl-c reaches it.
 fn reexec_in_netns() -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("cannot find the meshcache binary")?;
     let probe = Command::new("unshare")
@@ -169,7 +170,9 @@ fn reexec_in_netns() -> anyhow::Result<i32> {
             "--",
             "sh",
             "-c",
-            "ip link set lo up && exec \"$0\" \"$@\"",
+            // Loopback multicast for the multicast search's group (tolerated if refused: the
+            // nodes then fall back to logical multicast by themselves).
+            "ip link set lo up && { { ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo; } 2>/dev/null; exec \"$0\" \"$@\"; }",
         ])
         .arg(exe)
         .args(std::env::args_os().skip(1))

@@ -5,28 +5,12 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use common::{bind, get, start, Node};
+use common::{bind, get, hier_of, start, Node};
 use meshcache_dcm::Role;
 use meshcache_lab::Origin;
 use meshcache_proxy::config::{PeerConfig, Protocol};
 use meshcache_wire::carp::{carp_key, CarpArray};
-
-/// The hierarchy field (`HIER/peer`) of the `nth` access-log line for `url`.
-async fn hier_of(node: &Node, url: &str) -> String {
-    for _ in 0..500 {
-        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
-        if let Some(l) = text
-            .lines()
-            .find(|l| l.split_whitespace().nth(6) == Some(url))
-        {
-            return l.split_whitespace().nth(8).unwrap_or("").to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no log line for {url}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_carp_mesh_fetches_each_url_once_at_its_owner() {

@@ -9,28 +9,13 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{bind, get, start, Node};
+use common::{bind, get, hier_of, start, Node};
 use meshcache_dcm::Role;
 use meshcache_lab::Origin;
 use meshcache_proxy::config::{DirUpdateMode, DirVariant, PeerConfig, Protocol};
 
 fn n(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
-}
-
-/// The hierarchy field (`HIER/peer`) of the access-log line for `url`.
-async fn hier_of(node: &Node, url: &str) -> String {
-    for _ in 0..500 {
-        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
-        if let Some(l) = text
-            .lines()
-            .find(|l| l.split_whitespace().nth(6) == Some(url))
-        {
-            return l.split_whitespace().nth(8).unwrap_or("").to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no log line for {url}");
 }
 
 /// Three directory members a, b, c, each the others' sibling.

@@ -8,7 +8,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{bind, get, start, Node};
+use common::{bind, get, hier_of, start, Node};
 use meshcache_dcm::Role;
 use meshcache_lab::Origin;
 use meshcache_proxy::config::{PeerConfig, Protocol};
@@ -16,22 +16,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn sibling(name: &str, http: SocketAddr, icp: Option<SocketAddr>) -> PeerConfig {
     PeerConfig::new(name, Role::Sibling, http, icp)
-}
-
-/// The hierarchy field (`HIER/peer`) of the access-log line for `url` (its `nth`, 0-based).
-async fn hier_of(node: &Node, url: &str, nth: usize) -> String {
-    for _ in 0..500 {
-        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
-        if let Some(l) = text
-            .lines()
-            .filter(|l| l.split_whitespace().nth(6) == Some(url))
-            .nth(nth)
-        {
-            return l.split_whitespace().nth(8).unwrap_or("").to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no log line for {url}");
 }
 
 /// Waits (at most 10 s) until `node`'s summary of peer `i` satisfies `ok`.
@@ -111,7 +95,7 @@ async fn summary_cache_queries_only_peers_whose_summary_says_hit() {
     let r = get(a.addr, &urls[3]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body, meshcache_lab::expected_body(300));
-    assert!(hier_of(&a, &urls[3], 0).await.starts_with("SIBLING_HIT/"));
+    assert!(hier_of(&a, &urls[3]).await.starts_with("SIBLING_HIT/"));
     assert_eq!(
         origin.hits(&urls[3][urls[3].find("/sc").expect("path")..]),
         1
@@ -232,7 +216,7 @@ async fn cache_digests_go_straight_to_the_peer_and_false_hits_fall_through() {
     let r = get(a.addr, &urls[0]).await;
     assert_eq!(r.status, 200);
     assert_eq!(
-        hier_of(&a, &urls[0], 0).await,
+        hier_of(&a, &urls[0]).await,
         format!("CD_SIBLING_HIT/{}", b_http.ip())
     );
     let s = a.stats().await;
@@ -248,7 +232,7 @@ async fn cache_digests_go_straight_to_the_peer_and_false_hits_fall_through() {
     let s = a.stats().await;
     let false_hits = n(&s["summary"]["peers"][0]["stats"]["false_hits"]);
     assert_eq!(
-        hier_of(&a, &gone, 0).await,
+        hier_of(&a, &gone).await,
         format!("HIER_DIRECT/{}", origin.addr().ip())
     );
     assert_eq!(false_hits, 1, "{s}");
@@ -310,7 +294,7 @@ async fn bad_digests_are_refused_and_the_peer_is_a_miss() {
     .await;
     let u = origin.url("/after-bad?size=5");
     assert_eq!(get(a.addr, &u).await.status, 200);
-    assert!(hier_of(&a, &u, 0).await.starts_with("HIER_DIRECT/"));
+    assert!(hier_of(&a, &u).await.starts_with("HIER_DIRECT/"));
     let s = a.stats().await;
     assert_eq!(s["summary"]["peers"][0]["valid"], false, "{s}");
     assert_eq!(n(&s["summary"]["peers"][0]["stats"]["lookups"]), 0, "{s}");

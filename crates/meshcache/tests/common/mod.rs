@@ -251,3 +251,19 @@ pub async fn dead_port() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     l.local_addr().expect("addr")
 }
+
+/// The hierarchy field (`HIER/peer`) of the first access-log line for `url`, waiting (at most
+/// 5 s) for the line to be written.
+pub async fn hier_of(node: &Node, url: &str) -> String {
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(&node.log).unwrap_or_default();
+        if let Some(l) = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(6) == Some(url))
+        {
+            return l.split_whitespace().nth(8).unwrap_or("").to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no log line for {url}");
+}
