@@ -270,6 +270,20 @@ async fn run(name: &str, steps: Vec<Step>) -> Result<(), String> {
                 problems.push("body content differs from the origin's".into());
             }
         }
+        // Cache-Status (RFC 9211): our entry says hit for a stored answer, how we forwarded
+        // for anything fetched.
+        let cache_status = reply.header("cache-status");
+        let want = if reply.x_cache().starts_with("HIT") {
+            "testcache; hit"
+        } else {
+            "testcache; fwd="
+        };
+        let revalidated = cache_status.starts_with("testcache; fwd=stale; fwd-status=304");
+        if reply.status < 400 && !cache_status.starts_with(want) && !revalidated {
+            problems.push(format!(
+                "Cache-Status {cache_status:?} does not start {want:?}"
+            ));
+        }
         if !reply.header("via").contains("testcache") {
             problems.push(format!("Via {:?} lacks our name", reply.header("via")));
         }
