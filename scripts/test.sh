@@ -46,4 +46,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-cargo test --workspace --locked "$@"
+# The suite's totals close the output: one line summing every test binary's result.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { passed += $4; failed += $6 } END { printf "tests: %d passed, %d failed\n", passed, failed }' "$log"
+exit "$status"
