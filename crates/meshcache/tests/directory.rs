@@ -132,6 +132,21 @@ async fn holders_are_found(variant: DirVariant, updates: DirUpdateMode) {
         DirVariant::Owner => assert!(queried <= 12, "{after}"),
     }
 
+    // Local hits never reach the directory: a has the twelve now.
+    let before = a.stats().await;
+    for u in &urls {
+        assert_eq!(get(a.addr, u).await.x_cache(), "HIT");
+    }
+    let after = a.stats().await;
+    assert_eq!(
+        after["directory"]["searches"], before["directory"]["searches"],
+        "{after}"
+    );
+    assert_eq!(
+        after["icp"]["directory_sent"], before["icp"]["directory_sent"],
+        "{after}"
+    );
+
     // Misses nobody holds: the owner answers "nobody", no candidate is queried.
     let before = a.stats().await;
     for i in 0..10 {
