@@ -422,3 +422,95 @@ async fn connection_limit_makes_extra_clients_wait() {
     assert_eq!(r.status, 200);
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn clients_keep_their_connection_across_requests() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::TokioIo;
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    let stream = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let url = origin.url("/keep?size=2000&cc=max-age=600");
+    let mut verdicts = Vec::new();
+    for _ in 0..3 {
+        let req = http::Request::get(url.as_str())
+            .body(Empty::<bytes::Bytes>::new())
+            .expect("request");
+        // The same connection serves each request in turn: `send_request` fails if it closed.
+        let resp = sender.send_request(req).await.expect("same connection");
+        assert_eq!(resp.status(), 200);
+        let x_cache = resp
+            .headers()
+            .get("x-cache")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(body, meshcache_lab::expected_body(2000));
+        verdicts.push(x_cache.split_whitespace().next().unwrap_or("").to_owned());
+    }
+    assert_eq!(verdicts, ["MISS", "HIT", "HIT"]);
+    let lines = proxy.log_lines(3).await;
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_truncated_origin_body_is_never_stored() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An origin that promises 1,000 bytes of a cacheable object, sends 500 and hangs up.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let served = Arc::new(AtomicU64::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        for _ in 0..10 {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            count.fetch_add(1, Ordering::SeqCst);
+            let head =
+                "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nCache-Control: max-age=600\r\n\r\n";
+            let _ = s.write_all(head.as_bytes()).await;
+            let _ = s.write_all(&[b'x'; 500]).await;
+            let _ = s.shutdown().await;
+        }
+    });
+    let proxy = node(|_| {}).await;
+    let url = format!("http://{addr}/cut");
+    for round in 0..2 {
+        let stream = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let mut stream = stream;
+        let req = format!("GET {url} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(req.as_bytes()).await.expect("write");
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+        let text = String::from_utf8_lossy(&out);
+        // The client never gets a complete 1,000-byte body it could take for the object.
+        let body_len = text.split_once("\r\n\r\n").map_or(0, |(_, b)| b.len());
+        assert!(body_len < 1000, "round {round}: {body_len} body bytes");
+        assert!(!text.contains("X-Cache: HIT"), "round {round}: {text}");
+    }
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        2,
+        "the cut object was not stored: the second request went to the origin again"
+    );
+    let stats = proxy.stats().await;
+    assert_eq!(stats["store"]["objects"], 0, "{stats}");
+    proxy.stop().await;
+}
