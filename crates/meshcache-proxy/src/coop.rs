@@ -83,6 +83,8 @@ pub struct Coop {
     directory: Option<crate::directory::DirectoryState>,
     /// The parents as a CARP array (carp protocol).
     carp: Option<meshcache_dcm::CarpRouter>,
+    /// Whether any peer is a parent.
+    has_parents: bool,
     /// The multicast search (multicast protocol).
     multicast: Option<crate::multicast::MulticastState>,
     /// Counters.
@@ -132,6 +134,7 @@ impl Coop {
             dead_after: config.dead_peer_timeout,
             query_lone_parent: config.query_lone_parent,
         };
+        let has_parents = specs.iter().any(|p| p.role == Role::Parent);
         let carp = (config.protocol == Protocol::Carp).then(|| {
             if config.carp_member {
                 meshcache_dcm::CarpRouter::with_self(&specs, &full.name, 1)
@@ -150,6 +153,7 @@ impl Coop {
                 .then(|| crate::directory::DirectoryState::new(full))
                 .flatten(),
             carp,
+            has_parents,
             multicast: crate::multicast::MulticastState::new(full),
             counters: IcpCounters::default(),
         }
@@ -287,11 +291,16 @@ impl Coop {
                 .lock()
                 .begin(Instant::now(), url, host, hierarchical),
             Some(s) => {
-                let hits = if hierarchical || self.specs.iter().any(|p| p.role == Role::Parent) {
+                let hits = if hierarchical || self.has_parents {
                     s.candidates(&meshcache_store::StoreKey::get(url).0)
                 } else {
                     Vec::new()
                 };
+                if hits.is_empty() && !self.has_parents {
+                    // No summary says "maybe" and no parent could take it: the origin, with no
+                    // search to set up (the common case of a summary mesh).
+                    return Route::direct();
+                }
                 let now = Instant::now();
                 if self.config.protocol == Protocol::Digest {
                     return self
