@@ -6,39 +6,21 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::{bind, get, hier_of, start, Node};
+use common::{full_mesh, get, hier_of};
 use meshcache_dcm::Role;
 use meshcache_lab::Origin;
-use meshcache_proxy::config::{PeerConfig, Protocol};
+use meshcache_proxy::config::Protocol;
 use meshcache_wire::carp::{carp_key, CarpArray};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_carp_mesh_fetches_each_url_once_at_its_owner() {
     let origin = Origin::start().await.expect("origin");
     let names = ["a", "b", "c"];
-    let bound: Vec<_> = names
-        .iter()
-        .map(|name| {
-            bind(false, |c| {
-                c.name = (*name).into();
-                c.cooperation.protocol = Protocol::Carp;
-                c.cooperation.carp_member = true;
-            })
-        })
-        .collect();
-    let addrs: Vec<SocketAddr> = bound.iter().map(|b| b.addr).collect();
-    let nodes: Vec<Node> = bound
-        .into_iter()
-        .enumerate()
-        .map(|(i, b)| {
-            start(b, |c| {
-                c.peers = (0..3)
-                    .filter(|&j| j != i)
-                    .map(|j| PeerConfig::new(names[j], Role::Parent, addrs[j], None))
-                    .collect();
-            })
-        })
-        .collect();
+    let nodes = full_mesh(&names, false, Role::Parent, |_, c| {
+        c.cooperation.protocol = Protocol::Carp;
+        c.cooperation.carp_member = true;
+    });
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.addr).collect();
     // Who wins each URL, computed independently: the array in name order, weights equal.
     let array = CarpArray::new(names.iter().map(|n| (n.as_bytes(), 1)));
     let urls: Vec<String> = (0..24)

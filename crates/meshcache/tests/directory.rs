@@ -9,10 +9,10 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{bind, get, hier_of, start, Node};
+use common::{full_mesh, get, hier_of, Node};
 use meshcache_dcm::Role;
 use meshcache_lab::Origin;
-use meshcache_proxy::config::{DirUpdateMode, DirVariant, PeerConfig, Protocol};
+use meshcache_proxy::config::{DirUpdateMode, DirVariant, Protocol};
 
 fn n(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -20,32 +20,11 @@ fn n(v: &serde_json::Value) -> u64 {
 
 /// Three directory members a, b, c, each the others' sibling.
 async fn mesh(variant: DirVariant, updates: DirUpdateMode) -> Vec<Node> {
-    let names = ["a", "b", "c"];
-    let bound: Vec<_> = names
-        .iter()
-        .map(|name| {
-            bind(true, |c| {
-                c.name = (*name).into();
-                c.cooperation.protocol = Protocol::Directory;
-                c.cooperation.directory_variant = variant;
-                c.cooperation.directory_updates = updates;
-            })
-        })
-        .collect();
-    let addrs: Vec<(SocketAddr, Option<SocketAddr>)> =
-        bound.iter().map(|b| (b.addr, b.icp)).collect();
-    let nodes: Vec<Node> = bound
-        .into_iter()
-        .enumerate()
-        .map(|(i, b)| {
-            start(b, |c| {
-                c.peers = (0..3)
-                    .filter(|&j| j != i)
-                    .map(|j| PeerConfig::new(names[j], Role::Sibling, addrs[j].0, addrs[j].1))
-                    .collect();
-            })
-        })
-        .collect();
+    let nodes = full_mesh(&["a", "b", "c"], true, Role::Sibling, |_, c| {
+        c.cooperation.protocol = Protocol::Directory;
+        c.cooperation.directory_variant = variant;
+        c.cooperation.directory_updates = updates;
+    });
     // Every member hears from every other before the test starts: a directory lookup sent to
     // an owner never heard from is not waited for (as an ICP query to a silent peer).
     let warm = Origin::start().await.expect("origin");

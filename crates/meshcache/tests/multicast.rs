@@ -10,10 +10,10 @@ mod common;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use common::{bind, get, hier_of, start, Node};
+use common::{full_mesh, get, hier_of, Node};
 use meshcache_dcm::Role;
 use meshcache_lab::Origin;
-use meshcache_proxy::config::{MulticastMode, PeerConfig, Protocol};
+use meshcache_proxy::config::{MulticastMode, Protocol};
 use meshcache_wire::icp;
 
 fn n(v: &serde_json::Value) -> u64 {
@@ -33,36 +33,15 @@ fn own_group() -> SocketAddrV4 {
 
 /// Three multicast members a, b, c, each the others' sibling.
 fn mesh(mode: MulticastMode) -> Vec<Node> {
-    let names = ["a", "b", "c"];
     let group = own_group();
-    let bound: Vec<_> = names
-        .iter()
-        .map(|name| {
-            bind(true, |c| {
-                c.name = (*name).into();
-                c.cooperation.protocol = Protocol::Multicast;
-                c.cooperation.multicast_group = group;
-                c.cooperation.multicast_mode = mode;
-                // Generous for a loaded machine: a first search waits five floors (1 s) for
-                // a hit that takes well under a millisecond on an idle one.
-                c.cooperation.multicast_timeout_floor = Duration::from_millis(200);
-            })
-        })
-        .collect();
-    let addrs: Vec<(SocketAddr, Option<SocketAddr>)> =
-        bound.iter().map(|b| (b.addr, b.icp)).collect();
-    bound
-        .into_iter()
-        .enumerate()
-        .map(|(i, b)| {
-            start(b, |c| {
-                c.peers = (0..3)
-                    .filter(|&j| j != i)
-                    .map(|j| PeerConfig::new(names[j], Role::Sibling, addrs[j].0, addrs[j].1))
-                    .collect();
-            })
-        })
-        .collect()
+    full_mesh(&["a", "b", "c"], true, Role::Sibling, |_, c| {
+        c.cooperation.protocol = Protocol::Multicast;
+        c.cooperation.multicast_group = group;
+        c.cooperation.multicast_mode = mode;
+        // Generous for a loaded machine: a first search waits five floors (1 s) for a hit
+        // that takes well under a millisecond on an idle one.
+        c.cooperation.multicast_timeout_floor = Duration::from_millis(200);
+    })
 }
 
 /// The mode all three report, and the query datagrams one search sends in it.

@@ -267,3 +267,40 @@ pub async fn hier_of(node: &Node, url: &str) -> String {
     }
     panic!("no log line for {url}");
 }
+
+/// Nodes named `names` (ICP on when `icp`), each listing every other as a peer in `role`;
+/// `tweak` sets each node's config (it gets the node's name) before its sockets are bound.
+pub fn full_mesh(
+    names: &[&str],
+    icp: bool,
+    role: meshcache_dcm::Role,
+    tweak: impl Fn(&str, &mut Config),
+) -> Vec<Node> {
+    let bound: Vec<Bound> = names
+        .iter()
+        .map(|name| {
+            bind(icp, |c| {
+                c.name = (*name).into();
+                tweak(name, c);
+            })
+        })
+        .collect();
+    let addrs: Vec<(SocketAddr, Option<SocketAddr>)> =
+        bound.iter().map(|b| (b.addr, b.icp)).collect();
+    bound
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            start(b, |c| {
+                c.peers = (0..names.len())
+                    .filter(|&j| j != i)
+                    .map(|j| {
+                        meshcache_proxy::config::PeerConfig::new(
+                            names[j], role, addrs[j].0, addrs[j].1,
+                        )
+                    })
+                    .collect();
+            })
+        })
+        .collect()
+}
