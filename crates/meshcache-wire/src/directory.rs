@@ -320,13 +320,6 @@ pub struct Batches {
     pub skipped: usize,
 }
 
-fn header_word(header: &[u8; HEADER_LEN], at: usize) -> u32 {
-    match header.get(at..at + 4) {
-        Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]),
-        _ => 0,
-    }
-}
-
 fn node_addr(bytes: &[u8; NODE_ADDR_LEN]) -> SocketAddrV4 {
     let [a, b, c, d, p0, p1] = *bytes;
     SocketAddrV4::new(Ipv4Addr::new(a, b, c, d), u16::from_be_bytes([p0, p1]))
@@ -400,34 +393,15 @@ fn key_list(opcode: u8, rest: &[u8]) -> Result<Vec<[u8; KEY_LEN]>, WireError> {
 /// with `extra` the bytes of the partial key (that length mod 16), even when no whole key
 /// precedes them.
 pub fn decode(datagram: &[u8]) -> Result<DirMessage<'_>, WireError> {
+    let (header, body) = crate::icp::split_header(datagram)?;
     let have = datagram.len();
-    if have > MAX_DATAGRAM {
-        return Err(WireError::TooLong {
-            len: have,
-            max: MAX_DATAGRAM,
-        });
-    }
-    let Some((header, body)) = datagram.split_first_chunk::<HEADER_LEN>() else {
-        return Err(WireError::Truncated {
-            need: HEADER_LEN,
-            have,
-        });
-    };
-    let [opcode, version, len_hi, len_lo, ..] = *header;
-    if version != VERSION {
-        return Err(WireError::BadVersion(version));
-    }
-    let length = u16::from_be_bytes([len_hi, len_lo]);
-    if usize::from(length) != have {
-        return Err(WireError::LengthMismatch {
-            header: length,
-            datagram: have,
-        });
-    }
-    let reqnum = header_word(header, 4);
-    let options = header_word(header, 8);
-    let option_data = header_word(header, 12);
-    let sender = Ipv4Addr::from(header_word(header, 16));
+    let crate::icp::RawHeader {
+        opcode,
+        reqnum,
+        options,
+        option_data,
+        sender,
+    } = header;
 
     match opcode {
         OPCODE_DIR_GET => {

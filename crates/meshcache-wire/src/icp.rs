@@ -74,6 +74,59 @@ pub(crate) fn length_field(len: usize) -> Result<u16, WireError> {
     }
 }
 
+/// The fixed header of a datagram framed as ICP (ICP itself, and our extensions that share its
+/// framing), its opcode not yet interpreted.
+pub(crate) struct RawHeader {
+    /// The opcode byte.
+    pub opcode: u8,
+    /// Request (or sequence) number.
+    pub reqnum: u32,
+    /// Option flags.
+    pub options: u32,
+    /// Option data.
+    pub option_data: u32,
+    /// Sender host address.
+    pub sender: Ipv4Addr,
+}
+
+/// Checks the framing every ICP-style datagram shares, in Squid's order — size (at most
+/// [`MAX_DATAGRAM`], at least [`HEADER_LEN`]), version 2, length field equal to the datagram
+/// size — and splits it into its header and payload.
+pub(crate) fn split_header(datagram: &[u8]) -> Result<(RawHeader, &[u8]), WireError> {
+    let have = datagram.len();
+    if have > MAX_DATAGRAM {
+        return Err(WireError::TooLong {
+            len: have,
+            max: MAX_DATAGRAM,
+        });
+    }
+    let Some((header, body)) = datagram.split_first_chunk::<HEADER_LEN>() else {
+        return Err(WireError::Truncated {
+            need: HEADER_LEN,
+            have,
+        });
+    };
+    let version = header[1];
+    if version != VERSION {
+        return Err(WireError::BadVersion(version));
+    }
+    let length = be_u16(header, 2);
+    if usize::from(length) != have {
+        return Err(WireError::LengthMismatch {
+            header: length,
+            datagram: have,
+        });
+    }
+    let raw = RawHeader {
+        opcode: header[0],
+        reqnum: be_u32(header, 4),
+        options: be_u32(header, 8),
+        option_data: be_u32(header, 12),
+        sender: Ipv4Addr::from(be_u32(header, 16)),
+    };
+    Ok((raw, body))
+}
+
 /// The only ICP version meshcache speaks (and the only one Squid sends).
 pub const VERSION: u8 = 2;
 
@@ -485,38 +538,16 @@ fn be_u32(bytes: &[u8], at: usize) -> u32 {
 /// Read datagrams with a buffer larger than [`MAX_DATAGRAM`] so that oversized ones are seen
 /// (and rejected as [`WireError::TooLong`]) rather than truncated.
 pub fn decode(datagram: &[u8]) -> Result<Message, WireError> {
+    let (header, body) = split_header(datagram)?;
     let have = datagram.len();
-    if have > MAX_DATAGRAM {
-        return Err(WireError::TooLong {
-            len: have,
-            max: MAX_DATAGRAM,
-        });
-    }
-    let Some((header, body)) = datagram.split_first_chunk::<HEADER_LEN>() else {
-        return Err(WireError::Truncated {
-            need: HEADER_LEN,
-            have,
-        });
-    };
-    let version = header[1];
-    if version != VERSION {
-        return Err(WireError::BadVersion(version));
-    }
-    let length = be_u16(header, 2);
-    if usize::from(length) != have {
-        return Err(WireError::LengthMismatch {
-            header: length,
-            datagram: have,
-        });
-    }
-    let opcode = match header[0] {
+    let opcode = match header.opcode {
         0 => return Err(WireError::InvalidOpcode),
         raw => Opcode::from_u8(raw).ok_or(WireError::UnknownOpcode(raw))?,
     };
-    let reqnum = be_u32(header, 4);
-    let options = Options::from_bits(be_u32(header, 8));
-    let option_data = be_u32(header, 12);
-    let sender = Ipv4Addr::from(be_u32(header, 16));
+    let reqnum = header.reqnum;
+    let options = Options::from_bits(header.options);
+    let option_data = header.option_data;
+    let sender = header.sender;
 
     // The URL ends at the first NUL, which must be the last byte (or, for HIT_OBJ, be
     // followed by the object-size field and the object).
