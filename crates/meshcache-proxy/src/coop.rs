@@ -15,6 +15,7 @@
 //! a summary says hit, or none for digests), or plain ICP.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -259,12 +260,13 @@ impl Coop {
                 sends,
                 outcome,
             } = search;
-            let waiter = self.wait_for_decision(&outcome, reqnum);
-            let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
-            if !sends.is_empty() {
-                crate::directory::send_from(self, sends).await;
-            }
-            return self.decision(outcome, waiter, reqnum).await;
+            return self
+                .search(reqnum, outcome, async {
+                    if !sends.is_empty() {
+                        crate::directory::send_from(self, sends).await;
+                    }
+                })
+                .await;
         }
         if let Some(m) = &self.multicast {
             let search = {
@@ -278,12 +280,13 @@ impl Coop {
                 queries,
                 outcome,
             } = search;
-            let waiter = self.wait_for_decision(&outcome, reqnum);
-            let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
-            if !queries.is_empty() {
-                crate::multicast::send_queries(self, reqnum, url, &queries).await;
-            }
-            return self.decision(outcome, waiter, reqnum).await;
+            return self
+                .search(reqnum, outcome, async {
+                    if !queries.is_empty() {
+                        crate::multicast::send_queries(self, reqnum, url, &queries).await;
+                    }
+                })
+                .await;
         }
         let search = match &self.summaries {
             None => self
@@ -318,12 +321,21 @@ impl Coop {
             queries,
             outcome,
         } = search;
+        self.search(reqnum, outcome, async {
+            if !queries.is_empty() {
+                self.send_queries(reqnum, url, &queries).await;
+            }
+        })
+        .await
+    }
+
+    /// Runs search `reqnum`: registers its waiter before `send` sends its messages (a fast
+    /// answer must find it), then waits for the decision. From the waiter on, a requester that
+    /// goes away leaves no search behind.
+    async fn search(&self, reqnum: u32, outcome: Outcome, send: impl Future<Output = ()>) -> Route {
         let waiter = self.wait_for_decision(&outcome, reqnum);
-        // From here on, a requester that goes away must not leave its search behind.
         let _forget = waiter.as_ref().map(|_| Forget { coop: self, reqnum });
-        if !queries.is_empty() {
-            self.send_queries(reqnum, url, &queries).await;
-        }
+        send.await;
         self.decision(outcome, waiter, reqnum).await
     }
 
