@@ -41,10 +41,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::hier::HierCode;
 use crate::icp::{IcpMesh, Outcome, Reply, ReplyKind};
-use crate::peer::{PeerId, Role};
-use crate::select::{self, Hop, Route};
+use crate::peer::PeerId;
+use crate::select::{self, Route};
 
 /// Which side runs the candidate queries (the paper's two search variants).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -752,18 +751,7 @@ impl Directory {
         if reply.kind == ReplyKind::Hit {
             let p = self.pending.remove(&reply.reqnum)?;
             self.stats.hits += 1;
-            let code = match mesh.peers()[id.0].spec.role {
-                Role::Parent => HierCode::ParentHit,
-                Role::Sibling => HierCode::SiblingHit,
-            };
-            let first = Some(Hop::Peer { peer: id, code });
-            return Some(Some(select::route(
-                mesh.peers_mut(),
-                &p.host,
-                now,
-                first,
-                false,
-            )));
+            return Some(Some(select::hit_route(mesh.peers_mut(), id, &p.host, now)));
         }
         self.stats.false_entries += 1;
         p.replied.push(id);

@@ -323,19 +323,8 @@ impl IcpMesh {
         let role = peer.spec.role;
         match (reply.kind, role) {
             (ReplyKind::Hit, _) => {
-                let code = if role == Role::Parent {
-                    HierCode::ParentHit
-                } else {
-                    HierCode::SiblingHit
-                };
                 let p = self.pending.remove(&reply.reqnum)?;
-                let route = select::route(
-                    &mut self.peers,
-                    &p.host,
-                    now,
-                    Some(Hop::Peer { peer: id, code }),
-                    false,
-                );
+                let route = select::hit_route(&mut self.peers, id, &p.host, now);
                 return Some((reply.reqnum, route));
             }
             (ReplyKind::Miss, Role::Parent) => {

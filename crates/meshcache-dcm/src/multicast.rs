@@ -44,10 +44,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::hier::HierCode;
 use crate::icp::{Holding, IcpMesh, Outcome, Reply, ReplyKind};
 use crate::peer::{Peer, PeerId, Role};
-use crate::select::{self, Hop, Route};
+use crate::select::{self, Route};
 
 /// The wait is this many times the largest mean HIT round trip of the members asked.
 pub const RTT_FACTOR: u32 = 3;
@@ -326,21 +325,9 @@ impl Multicast {
             return Some(None);
         }
         let p = self.pending.remove(&reply.reqnum)?;
-        let peer = &mut mesh.peers_mut()[id.0];
-        peer.record_rtt(now.saturating_duration_since(sent));
-        let code = match peer.spec.role {
-            Role::Parent => HierCode::ParentHit,
-            Role::Sibling => HierCode::SiblingHit,
-        };
+        mesh.peers_mut()[id.0].record_rtt(now.saturating_duration_since(sent));
         self.stats.hits += 1;
-        let first = Some(Hop::Peer { peer: id, code });
-        Some(Some(select::route(
-            mesh.peers_mut(),
-            &p.host,
-            now,
-            first,
-            false,
-        )))
+        Some(Some(select::hit_route(mesh.peers_mut(), id, &p.host, now)))
     }
 
     /// A reply to a search that already ended: a HIT from one of its members still measures

@@ -127,6 +127,16 @@ pub fn route(
     Route { hops, timed_out }
 }
 
+/// The route after peer `hit` answered HIT: that peer first (`PARENT_HIT` or `SIBLING_HIT` by
+/// its role), then the usual parent order and the origin.
+pub fn hit_route(peers: &mut [Peer], hit: PeerId, host: &str, now: Instant) -> Route {
+    let code = match peers[hit.0].spec.role {
+        Role::Parent => HierCode::ParentHit,
+        Role::Sibling => HierCode::SiblingHit,
+    };
+    route(peers, host, now, Some(Hop::Peer { peer: hit, code }), false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

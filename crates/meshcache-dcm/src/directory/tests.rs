@@ -2,8 +2,10 @@
 //! a parameter.
 
 use super::*;
+use crate::hier::HierCode;
 use crate::icp::IcpConfig;
-use crate::peer::PeerSpec;
+use crate::peer::{PeerSpec, Role};
+use crate::select::Hop;
 
 const NAMES: [&str; 4] = ["a", "b", "c", "d"];
 

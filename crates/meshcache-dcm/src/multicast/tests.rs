@@ -1,8 +1,10 @@
 //! The multicast search with hand-delivered replies; time is a parameter.
 
 use super::*;
+use crate::hier::HierCode;
 use crate::icp::IcpConfig;
 use crate::peer::PeerSpec;
+use crate::select::Hop;
 
 fn addr(last: u8, port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, last], port))
