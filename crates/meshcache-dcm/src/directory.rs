@@ -504,9 +504,9 @@ impl Directory {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    /// Picks at most α of `holders`.
-    fn choose(&mut self, mut holders: Vec<u16>) -> Vec<u16> {
-        let alpha = self.config.alpha as usize;
+    /// Picks at most `alpha` of `holders` (0: all).
+    fn choose(&mut self, mut holders: Vec<u16>, alpha: u32) -> Vec<u16> {
+        let alpha = alpha as usize;
         if alpha == 0 || holders.len() <= alpha {
             return holders;
         }
@@ -555,7 +555,7 @@ impl Directory {
                 self.optimistic.insert(*key, now);
             }
             let holders: Vec<u16> = holders.into_iter().filter(|&m| m != MEMBER_SELF).collect();
-            let chosen = self.choose(holders);
+            let chosen = self.choose(holders, self.config.alpha);
             return self.query(now, mesh, None, url, host, chosen);
         }
         let owner_peer = self.members[owner as usize].peer;
@@ -709,7 +709,7 @@ impl Directory {
         let Some(p) = self.pending.remove(&reqnum) else {
             return (Vec::new(), None);
         };
-        let chosen = self.choose(members);
+        let chosen = self.choose(members, self.config.alpha);
         let search = self.query(now, mesh, Some(reqnum), &p.url, &p.host, chosen);
         match search.outcome {
             Outcome::Decided(route) => (search.sends, Some(route)),
@@ -860,10 +860,8 @@ impl Directory {
                 url: url.to_owned(),
             }];
         }
-        let saved = self.config.alpha;
-        self.config.alpha = alpha;
-        let chosen = self.choose(holders);
-        self.config.alpha = saved;
+        // The requester's α, not ours.
+        let chosen = self.choose(holders, alpha);
         let mut sends: Vec<Outgoing> = chosen
             .iter()
             .map(|&m| Outgoing::Query {
@@ -953,16 +951,14 @@ impl Directory {
     /// A miss of `key` ended; `stored` tells whether the store kept what came back. An
     /// optimistic entry for an object we did not keep is taken back.
     pub fn fetch_done(&mut self, now: Instant, key: [u8; 16], stored: bool) {
-        if stored {
-            return;
-        }
-        if self.optimistic.remove(&key).is_some() {
-            self.update(now, key, false);
-        }
-        // Optimistic bets older than a minute are settled one way or the other by now.
+        // Optimistic bets older than a minute are settled one way or the other by now (a
+        // capture that was cut short never reaches the store, nor this call with `false`).
         if self.optimistic.len() > 4096 {
             self.optimistic
                 .retain(|_, t| now.saturating_duration_since(*t) < Duration::from_secs(60));
+        }
+        if !stored && self.optimistic.remove(&key).is_some() {
+            self.update(now, key, false);
         }
     }
 
