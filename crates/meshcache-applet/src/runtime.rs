@@ -1,0 +1,435 @@
+//! The runtime: one wasmtime engine per proxy, compiled modules cached by content, and a fresh,
+//! limited store for every run.
+//!
+//! A run: a [`wasmtime::Store`] is made for the call with the request, the document and the
+//! run's limits in it; the module's pre-linked instance ([`wasmtime::InstancePre`]) is
+//! instantiated from the pooling allocator (no `mmap` per call); `run` is called under an epoch
+//! deadline (a ticker thread advances the engine's epoch every [`TICK`]); the result, the
+//! built response and the run's key/value writes and log records are kept only if it returned
+//! normally with a valid code. Everything else is [`Verdict::Origin`] with the reason counted.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use parking_lot::Mutex;
+use sha2::{Digest, Sha256};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    PoolingAllocationConfig, Store, Trap,
+};
+
+use crate::abi::{self, Outcome};
+use crate::config::AppletConfig;
+use crate::host::{self, RunState};
+use crate::state::{KvStore, LogSpool};
+use crate::AppletError;
+
+/// How often the engine's epoch advances: the granularity of CPU deadlines.
+pub const TICK: Duration = Duration::from_millis(1);
+
+/// A cached object as an applet sees it.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// Response status.
+    pub status: StatusCode,
+    /// Stored response headers.
+    pub headers: HeaderMap,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// Where `item_open` finds other cached objects: the proxy's cache, fresh entries only.
+pub trait Items: Send + Sync {
+    /// The fresh cached object stored under this absolute URL, if any.
+    fn open(&self, url: &str) -> Option<Item>;
+}
+
+/// One hit to run an applet for: what the origin would have seen, and the stored document.
+#[derive(Clone, Debug)]
+pub struct Invocation {
+    /// Request method.
+    pub method: Method,
+    /// Absolute request URL.
+    pub url: String,
+    /// The document's origin, `http://host[:port]` (the applet's sandbox).
+    pub origin: String,
+    /// Request headers as the client sent them (cookies included).
+    pub headers: HeaderMap,
+    /// Client address.
+    pub client: IpAddr,
+    /// The cached document.
+    pub document: Item,
+    /// Where the run's log records go.
+    pub log_to: Arc<str>,
+}
+
+/// A response an applet built.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers, in the order added.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// The body.
+    pub body: Bytes,
+}
+
+/// Why a run ended in "send it to the origin".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The applet asked for it.
+    Asked,
+    /// The applet trapped (the message says how).
+    Trap(String),
+    /// It ran out of CPU time.
+    Timeout,
+    /// It tried to grow its memory past the limit.
+    Memory,
+    /// It built a body larger than the limit.
+    Output,
+    /// It returned a code outside the contract.
+    Invalid(i32),
+    /// It could not be instantiated (the pool is exhausted, or its imports are wrong).
+    Instantiate(String),
+}
+
+impl Reason {
+    /// A short token for logs and `Cache-Status` details.
+    pub fn token(&self) -> &'static str {
+        match self {
+            Reason::Asked => "asked",
+            Reason::Trap(_) => "trap",
+            Reason::Timeout => "timeout",
+            Reason::Memory => "memory",
+            Reason::Output => "output",
+            Reason::Invalid(_) => "invalid",
+            Reason::Instantiate(_) => "instantiate",
+        }
+    }
+}
+
+/// The decision a run reached.
+#[derive(Clone, Debug)]
+pub enum Verdict {
+    /// Serve the cached copy.
+    Cached,
+    /// Serve this response.
+    Built(Built),
+    /// Send the request to the origin.
+    Origin(Reason),
+}
+
+/// A compiled applet, ready to instantiate.
+pub struct Applet {
+    /// SHA-256 of the module's bytes.
+    pub hash: [u8; 32],
+    pre: InstancePre<RunState>,
+}
+
+impl std::fmt::Debug for Applet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Applet")
+            .field("hash", &hex(&self.hash[..6]))
+            .finish()
+    }
+}
+
+/// Counters of what runs did; the proxy's metrics read them.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Runs started.
+    pub runs: AtomicU64,
+    /// Runs that said "serve the cached copy".
+    pub cached: AtomicU64,
+    /// Runs that built a response.
+    pub built: AtomicU64,
+    /// Runs that asked for the origin.
+    pub asked_origin: AtomicU64,
+    /// Runs that trapped.
+    pub traps: AtomicU64,
+    /// Runs stopped at their CPU deadline.
+    pub timeouts: AtomicU64,
+    /// Runs stopped at the memory limit.
+    pub memory: AtomicU64,
+    /// Runs whose output overran its limit.
+    pub output: AtomicU64,
+    /// Runs that returned an invalid code.
+    pub invalid: AtomicU64,
+    /// Runs that could not be instantiated.
+    pub instantiate: AtomicU64,
+    /// Completed runs whose key/value writes did not fit the origin's bound (none applied).
+    pub kv_rejected: AtomicU64,
+    /// Modules compiled.
+    pub compiled: AtomicU64,
+    /// Modules that failed to compile or link.
+    pub compile_failed: AtomicU64,
+    /// Total run time, microseconds.
+    pub run_micros: AtomicU64,
+}
+
+/// The Active Cache runtime. One per proxy; shared by all requests.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<RunState>,
+    config: AppletConfig,
+    modules: Mutex<HashMap<[u8; 32], Arc<Applet>>>,
+    kv: Mutex<HashMap<String, Arc<Mutex<KvStore>>>>,
+    /// Log records waiting for delivery.
+    pub logs: Arc<LogSpool>,
+    /// What runs did.
+    pub counters: Counters,
+    ticker: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("modules", &self.modules.lock().len())
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Builds the engine (pooling instances, epoch interruption) and starts its ticker.
+    pub fn new(config: AppletConfig) -> Result<Self, AppletError> {
+        config.validate().map_err(AppletError::Config)?;
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_core_instances(config.instances)
+            .total_memories(config.instances)
+            .total_tables(config.instances)
+            .max_memories_per_module(1)
+            .max_tables_per_module(1)
+            .max_memory_size(config.memory as usize);
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(|e| AppletError::Engine(e.to_string()))?;
+        let mut linker = Linker::new(&engine);
+        host::define(&mut linker).map_err(|e| AppletError::Engine(e.to_string()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticker = {
+            let engine = engine.clone();
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("applet-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Relaxed) {
+                        std::thread::sleep(TICK);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| AppletError::Engine(e.to_string()))?
+        };
+        Ok(Runtime {
+            engine,
+            linker,
+            logs: Arc::new(LogSpool::new(config.log_queue)),
+            config,
+            modules: Mutex::new(HashMap::new()),
+            kv: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            ticker: Some(ticker),
+            stop,
+        })
+    }
+
+    /// The configuration it runs under.
+    pub fn config(&self) -> &AppletConfig {
+        &self.config
+    }
+
+    /// Compiles and links a module, or returns the one already compiled from the same bytes.
+    /// Compiling takes milliseconds: call it off the request path's async threads.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Arc<Applet>, AppletError> {
+        if bytes.len() as u64 > self.config.max_module {
+            return Err(AppletError::TooLarge {
+                size: bytes.len() as u64,
+                max: self.config.max_module,
+            });
+        }
+        let hash: [u8; 32] = Sha256::digest(bytes).into();
+        if let Some(a) = self.modules.lock().get(&hash) {
+            return Ok(a.clone());
+        }
+        let compiled = self.compile_new(bytes, hash);
+        match &compiled {
+            Ok(a) => {
+                self.counters.compiled.fetch_add(1, Relaxed);
+                self.modules.lock().insert(hash, a.clone());
+            }
+            Err(_) => {
+                self.counters.compile_failed.fetch_add(1, Relaxed);
+            }
+        }
+        compiled
+    }
+
+    fn compile_new(&self, bytes: &[u8], hash: [u8; 32]) -> Result<Arc<Applet>, AppletError> {
+        let module =
+            Module::new(&self.engine, bytes).map_err(|e| AppletError::Compile(format!("{e:#}")))?;
+        check_exports(&module)?;
+        let pre = self
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|e| AppletError::Link(format!("{e:#}")))?;
+        Ok(Arc::new(Applet { hash, pre }))
+    }
+
+    /// Modules compiled and kept.
+    pub fn modules(&self) -> usize {
+        self.modules.lock().len()
+    }
+
+    fn kv_of(&self, origin: &str) -> Arc<Mutex<KvStore>> {
+        let mut kv = self.kv.lock();
+        match kv.get(origin) {
+            Some(s) => s.clone(),
+            None => kv.entry(origin.to_owned()).or_default().clone(),
+        }
+    }
+
+    /// Bytes one origin's store holds.
+    pub fn kv_bytes(&self, origin: &str) -> u64 {
+        self.kv.lock().get(origin).map_or(0, |s| s.lock().bytes())
+    }
+
+    /// Runs `applet` for one hit. Blocks for at most the CPU budget (plus a tick).
+    pub fn run(&self, applet: &Applet, inv: Invocation, items: Arc<dyn Items>) -> Verdict {
+        let started = Instant::now();
+        self.counters.runs.fetch_add(1, Relaxed);
+        let budget = self.config.cpu_budget(inv.document.body.len());
+        let ticks = budget.as_micros().div_ceil(TICK.as_micros()) as u64 + 1;
+        let kv = self.kv_of(&inv.origin);
+        let state = RunState::new(inv, items, kv.clone(), &self.config);
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        let verdict = match self.call(applet, &mut store) {
+            Ok(outcome) => {
+                // A normal completion: its writes and log records are kept, whatever it chose.
+                let state = store.into_data();
+                if !state.kv_writes.is_empty()
+                    && !kv.lock().commit(state.kv_writes, self.config.kv_max)
+                {
+                    self.counters.kv_rejected.fetch_add(1, Relaxed);
+                }
+                if !state.log.is_empty() {
+                    self.logs.push(&state.inv.log_to, state.log);
+                }
+                match (outcome, state.output) {
+                    (Outcome::Built, Some(out)) => Verdict::Built(out.finish()),
+                    (Outcome::Origin, _) => Verdict::Origin(Reason::Asked),
+                    _ => Verdict::Cached,
+                }
+            }
+            Err(reason) => Verdict::Origin(reason),
+        };
+        let c = &self.counters;
+        match &verdict {
+            Verdict::Cached => &c.cached,
+            Verdict::Built(_) => &c.built,
+            Verdict::Origin(Reason::Asked) => &c.asked_origin,
+            Verdict::Origin(Reason::Trap(_)) => &c.traps,
+            Verdict::Origin(Reason::Timeout) => &c.timeouts,
+            Verdict::Origin(Reason::Memory) => &c.memory,
+            Verdict::Origin(Reason::Output) => &c.output,
+            Verdict::Origin(Reason::Invalid(_)) => &c.invalid,
+            Verdict::Origin(Reason::Instantiate(_)) => &c.instantiate,
+        }
+        .fetch_add(1, Relaxed);
+        c.run_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        verdict
+    }
+
+    /// Instantiates and calls `run`; the outcome, or why there is none.
+    fn call(&self, applet: &Applet, store: &mut Store<RunState>) -> Result<Outcome, Reason> {
+        let instance = applet
+            .pre
+            .instantiate(&mut *store)
+            .map_err(|e| classify(store.data(), e, true))?;
+        let memory = instance
+            .get_memory(&mut *store, abi::MEMORY)
+            .ok_or_else(|| Reason::Instantiate("no exported memory".into()))?;
+        store.data_mut().memory = Some(memory);
+        let entry = instance
+            .get_typed_func::<(), i32>(&mut *store, abi::ENTRY)
+            .map_err(|e| Reason::Instantiate(e.to_string()))?;
+        let code = entry
+            .call(&mut *store, ())
+            .map_err(|e| classify(store.data(), e, false))?;
+        let state = store.data();
+        if state.output_overrun {
+            return Err(Reason::Output);
+        }
+        match Outcome::from_code(code) {
+            Some(Outcome::Built) if state.output.is_none() => Err(Reason::Invalid(code)),
+            Some(o) => Ok(o),
+            None => Err(Reason::Invalid(code)),
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.ticker.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Why a call failed, from the error and what the run's state recorded.
+fn classify(state: &RunState, e: wasmtime::Error, instantiating: bool) -> Reason {
+    if state.limiter.memory_denied {
+        return Reason::Memory;
+    }
+    if state.output_overrun {
+        return Reason::Output;
+    }
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => Reason::Timeout,
+        Some(t) => Reason::Trap(t.to_string()),
+        None if instantiating => Reason::Instantiate(format!("{e:#}")),
+        None => Reason::Trap(format!("{e:#}")),
+    }
+}
+
+/// A module must export `memory` and `run: () -> i32`.
+fn check_exports(module: &Module) -> Result<(), AppletError> {
+    let mut memory = false;
+    let mut entry = false;
+    for export in module.exports() {
+        match (export.name(), export.ty()) {
+            (abi::MEMORY, wasmtime::ExternType::Memory(_)) => memory = true,
+            (abi::ENTRY, wasmtime::ExternType::Func(f)) => {
+                entry = f.params().len() == 0
+                    && f.results().len() == 1
+                    && matches!(f.results().next(), Some(wasmtime::ValType::I32));
+            }
+            _ => {}
+        }
+    }
+    if !memory {
+        return Err(AppletError::Link("the module exports no memory".into()));
+    }
+    if !entry {
+        return Err(AppletError::Link(
+            "the module exports no `run: () -> i32`".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,294 @@
+//! Runtime tests with small modules written in the text format: the contract's edges
+//! (outcomes, limits, commit-on-completion, bounds) one at a time. The example applets are
+//! exercised end to end through the proxy in `meshcache-proxy`'s tests.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+
+use crate::{AppletConfig, AppletError, Invocation, Item, Items, Reason, Runtime, Verdict};
+
+struct NoItems;
+impl Items for NoItems {
+    fn open(&self, _url: &str) -> Option<Item> {
+        None
+    }
+}
+
+struct OneItem;
+impl Items for OneItem {
+    fn open(&self, url: &str) -> Option<Item> {
+        (url == "http://o.test/part").then(|| Item {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(b"PART"),
+        })
+    }
+}
+
+fn inv(body: &'static [u8]) -> Invocation {
+    let mut headers = HeaderMap::new();
+    headers.insert("cookie", HeaderValue::from_static("a=1; b=2"));
+    Invocation {
+        method: Method::GET,
+        url: "http://o.test/doc".into(),
+        origin: "http://o.test".into(),
+        headers,
+        client: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)),
+        document: Item {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(body),
+        },
+        log_to: Arc::from("http://o.test/log"),
+    }
+}
+
+/// A module with the standard imports it needs, a memory of `pages`, and `body` as `run`.
+fn module(imports: &str, data: &str, body: &str) -> Vec<u8> {
+    let text = format!(
+        r#"(module {imports}
+             (memory (export "memory") 1)
+             (data (i32.const 0) "{data}")
+             (func (export "run") (result i32) {body}))"#
+    );
+    wat::parse_str(&text).expect("test module parses")
+}
+
+fn runtime() -> Runtime {
+    Runtime::new(AppletConfig {
+        cpu: std::time::Duration::from_millis(30),
+        memory: 1 << 20,
+        max_output: 1 << 10,
+        kv_max: 64,
+        instances: 8,
+        ..AppletConfig::default()
+    })
+    .expect("runtime starts")
+}
+
+fn run(rt: &Runtime, wasm: &[u8], inv: Invocation) -> Verdict {
+    let applet = rt.compile(wasm).expect("compiles");
+    rt.run(&applet, inv, Arc::new(NoItems))
+}
+
+#[test]
+fn the_three_outcomes_and_invalid_codes() {
+    let rt = runtime();
+    assert!(matches!(run(&rt, &module("", "", "i32.const 0"), inv(b"")), Verdict::Cached));
+    assert!(matches!(
+        run(&rt, &module("", "", "i32.const 2"), inv(b"")),
+        Verdict::Origin(Reason::Asked)
+    ));
+    // "Built" without building anything is not a response.
+    assert!(matches!(
+        run(&rt, &module("", "", "i32.const 1"), inv(b"")),
+        Verdict::Origin(Reason::Invalid(1))
+    ));
+    assert!(matches!(
+        run(&rt, &module("", "", "i32.const 7"), inv(b"")),
+        Verdict::Origin(Reason::Invalid(7))
+    ));
+    assert_eq!(rt.counters.runs.load(Relaxed), 4);
+    assert_eq!(rt.counters.invalid.load(Relaxed), 2);
+}
+
+#[test]
+fn a_built_response_splices_the_document_and_its_own_bytes() {
+    let rt = runtime();
+    let wasm = module(
+        r#"(import "meshcache" "set_status" (func $status (param i32) (result i32)))
+           (import "meshcache" "add_header" (func $header (param i32 i32 i32 i32) (result i32)))
+           (import "meshcache" "write" (func $write (param i32 i32) (result i32)))
+           (import "meshcache" "write_item" (func $item (param i32 i32 i32) (result i32)))"#,
+        "x-ayes<>",
+        "(drop (call $status (i32.const 203)))
+         (drop (call $header (i32.const 0) (i32.const 3) (i32.const 3) (i32.const 3)))
+         (drop (call $write (i32.const 6) (i32.const 1)))
+         (drop (call $item (i32.const 0) (i32.const 2) (i32.const 3)))
+         (drop (call $write (i32.const 7) (i32.const 1)))
+         i32.const 1",
+    );
+    let Verdict::Built(b) = run(&rt, &wasm, inv(b"0123456")) else {
+        panic!("expected a built response");
+    };
+    assert_eq!(b.status, StatusCode::NON_AUTHORITATIVE_INFORMATION);
+    assert_eq!(b.headers[0].0.as_str(), "x-a");
+    assert_eq!(b.headers[0].1, "yes");
+    assert_eq!(&b.body[..], b"<234>");
+}
+
+#[test]
+fn inputs_and_request_headers_reach_the_applet() {
+    let rt = runtime();
+    // Copies the client address and the cookie into the built body.
+    let wasm = module(
+        r#"(import "meshcache" "input" (func $input (param i32 i32 i32) (result i32)))
+           (import "meshcache" "request_header" (func $rh (param i32 i32 i32 i32) (result i32)))
+           (import "meshcache" "write" (func $write (param i32 i32) (result i32)))"#,
+        "cookie",
+        "(local $n i32)
+         (local.set $n (call $input (i32.const 3) (i32.const 100) (i32.const 100)))
+         (drop (call $write (i32.const 100) (local.get $n)))
+         (local.set $n (call $rh (i32.const 0) (i32.const 6) (i32.const 200) (i32.const 100)))
+         (drop (call $write (i32.const 200) (local.get $n)))
+         ;; an absent header is -1
+         (if (i32.ne (call $rh (i32.const 1) (i32.const 3) (i32.const 200) (i32.const 100)) (i32.const -1))
+           (then unreachable))
+         i32.const 1",
+    );
+    let Verdict::Built(b) = run(&rt, &wasm, inv(b"")) else {
+        panic!("expected a built response");
+    };
+    assert_eq!(&b.body[..], b"127.0.0.9a=1; b=2");
+}
+
+#[test]
+fn hostile_runs_end_at_their_limits_and_are_counted() {
+    let rt = runtime();
+    let spin = module("", "", "(loop $l (br $l)) i32.const 0");
+    let started = std::time::Instant::now();
+    assert!(matches!(run(&rt, &spin, inv(b"")), Verdict::Origin(Reason::Timeout)));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let bomb = module(
+        "",
+        "",
+        "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) unreachable",
+    );
+    assert!(matches!(run(&rt, &bomb, inv(b"")), Verdict::Origin(Reason::Memory)));
+    let flood = module(
+        r#"(import "meshcache" "write" (func $write (param i32 i32) (result i32)))"#,
+        "",
+        "(loop $l (br_if $l (i32.eq (call $write (i32.const 0) (i32.const 100)) (i32.const 0))))
+         i32.const 1",
+    );
+    assert!(matches!(run(&rt, &flood, inv(b"")), Verdict::Origin(Reason::Output)));
+    let trap = module("", "", "unreachable");
+    assert!(matches!(run(&rt, &trap, inv(b"")), Verdict::Origin(Reason::Trap(_))));
+    let wild = module(
+        r#"(import "meshcache" "write" (func $write (param i32 i32) (result i32)))"#,
+        "",
+        "(drop (call $write (i32.const 65530) (i32.const 100))) i32.const 0",
+    );
+    assert!(matches!(run(&rt, &wild, inv(b"")), Verdict::Origin(Reason::Trap(_))));
+    let c = &rt.counters;
+    assert_eq!(
+        [&c.timeouts, &c.memory, &c.output, &c.traps].map(|a| a.load(Relaxed)),
+        [1, 1, 1, 2]
+    );
+    // And the runtime still runs well-behaved applets.
+    assert!(matches!(run(&rt, &module("", "", "i32.const 0"), inv(b"")), Verdict::Cached));
+}
+
+#[test]
+fn store_writes_and_logs_are_kept_only_when_the_run_completes() {
+    let rt = runtime();
+    let imports = r#"(import "meshcache" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+                     (import "meshcache" "kv_get" (func $get (param i32 i32 i32 i32) (result i32)))
+                     (import "meshcache" "log" (func $log (param i32 i32) (result i32)))"#;
+    let put_then = |end: &str| {
+        module(
+            imports,
+            "kv",
+            &format!(
+                "(drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+                 (drop (call $log (i32.const 0) (i32.const 2)))
+                 ;; the run sees its own write
+                 (if (i32.ne (call $get (i32.const 0) (i32.const 1) (i32.const 10) (i32.const 4)) (i32.const 1))
+                   (then unreachable))
+                 {end}"
+            ),
+        )
+    };
+    assert!(matches!(
+        run(&rt, &put_then("unreachable"), inv(b"")),
+        Verdict::Origin(Reason::Trap(_))
+    ));
+    assert_eq!(rt.kv_bytes("http://o.test"), 0);
+    assert_eq!(rt.logs.pending("http://o.test/log"), 0);
+    assert!(matches!(run(&rt, &put_then("i32.const 0"), inv(b"")), Verdict::Cached));
+    assert_eq!(rt.kv_bytes("http://o.test"), 2);
+    assert_eq!(rt.logs.pending("http://o.test/log"), 1);
+    // Over the origin's bound (64 bytes): the put fails, nothing is stored.
+    let big = module(
+        imports,
+        "",
+        "(if (i32.ne (call $put (i32.const 0) (i32.const 1) (i32.const 0) (i32.const 100)) (i32.const -1))
+           (then unreachable))
+         i32.const 0",
+    );
+    assert!(matches!(run(&rt, &big, inv(b"")), Verdict::Cached));
+    assert_eq!(rt.kv_bytes("http://o.test"), 2);
+}
+
+#[test]
+fn items_are_read_from_the_documents_origin_only() {
+    let rt = runtime();
+    let wasm = module(
+        r#"(import "meshcache" "item_open" (func $open (param i32 i32) (result i32)))
+           (import "meshcache" "write_item" (func $item (param i32 i32 i32) (result i32)))"#,
+        "/parthttp://x.test/part",
+        "(local $h i32)
+         (if (i32.ne (call $open (i32.const 5) (i32.const 18)) (i32.const -1)) (then unreachable))
+         (local.set $h (call $open (i32.const 0) (i32.const 5)))
+         (drop (call $item (local.get $h) (i32.const 0) (i32.const 4)))
+         i32.const 1",
+    );
+    let applet = rt.compile(&wasm).expect("compiles");
+    let Verdict::Built(b) = rt.run(&applet, inv(b""), Arc::new(OneItem)) else {
+        panic!("expected a built response");
+    };
+    assert_eq!(&b.body[..], b"PART");
+}
+
+#[test]
+fn signatures_are_checked_for_real() {
+    use ed25519_dalek::{Signer, SigningKey};
+    let key = SigningKey::from_bytes(&[7; 32]);
+    let sig = key.sign(b"msg").to_bytes();
+    let pk = key.verifying_key().to_bytes();
+    assert!(crate::host::verify(&pk, &sig, b"msg"));
+    assert!(!crate::host::verify(&pk, &sig, b"msh"));
+    let mut bad = sig;
+    bad[3] ^= 1;
+    assert!(!crate::host::verify(&pk, &bad, b"msg"));
+}
+
+#[test]
+fn modules_that_do_not_fit_the_interface_are_refused() {
+    let rt = runtime();
+    let wasi = wat::parse_str(
+        r#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))
+                   (memory (export "memory") 1) (func (export "run") (result i32) i32.const 0))"#,
+    )
+    .expect("parses");
+    assert!(matches!(rt.compile(&wasi), Err(AppletError::Link(_))));
+    let no_run = wat::parse_str(r#"(module (memory (export "memory") 1))"#).expect("parses");
+    assert!(matches!(rt.compile(&no_run), Err(AppletError::Link(_))));
+    assert!(matches!(rt.compile(b"not wasm"), Err(AppletError::Compile(_))));
+    assert_eq!(rt.counters.compile_failed.load(Relaxed), 3);
+    // The same bytes compile once.
+    let ok = module("", "", "i32.const 0");
+    let a = rt.compile(&ok).expect("compiles");
+    let b = rt.compile(&ok).expect("compiles");
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(rt.modules(), 1);
+}
+
+#[test]
+fn the_shipped_modules_fit_the_interface() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../applets");
+    let rt = Runtime::new(AppletConfig::default()).expect("runtime starts");
+    let mut n = 0;
+    for name in ["null", "log", "ads", "apc", "ssi", "csid", "spin", "balloon", "flood", "crash", "putcrash"] {
+        let bytes = std::fs::read(dir.join(format!("{name}.wasm")))
+            .unwrap_or_else(|e| panic!("applets/{name}.wasm: {e}"));
+        rt.compile(&bytes)
+            .unwrap_or_else(|e| panic!("applets/{name}.wasm: {e}"));
+        n += 1;
+    }
+    assert_eq!(n, 11);
+}
