@@ -20,7 +20,7 @@
 //! | `item_len` | `(handle) -> len \| -1` | body length |
 //! | `item_read` | `(handle, offset, out, cap) -> n \| -1` | copies body bytes from `offset`; returns the count copied |
 //! | `item_header` | `(handle, name, name_len, out, cap) -> len \| -1` | a stored response header |
-//! | `set_status` | `(code) -> 0 \| -1` | status of the built response (100–999) |
+//! | `set_status` | `(code) -> 0 \| -1` | status of the built response (200–599; default 200) |
 //! | `add_header` | `(name, name_len, value, value_len) -> 0 \| -1` | a header of the built response |
 //! | `write` | `(ptr, len) -> 0 \| -1` | appends bytes to the built body |
 //! | `write_item` | `(handle, offset, len) -> 0 \| -1` | appends a range of a cached body, no copy through the applet |

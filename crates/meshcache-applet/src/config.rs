@@ -108,35 +108,41 @@ impl AppletConfig {
         (self.cpu + Duration::from_secs_f64(per)).min(self.cpu_max)
     }
 
-    /// Checks the values against each other; the message names the key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the values against each other: `Err((dotted key, what is wrong))`.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
         if self.cpu.is_zero() {
-            return Err("applets.cpu must be more than 0".into());
+            return Err(("applets.cpu", "must be more than 0".into()));
         }
         if self.cpu_max < self.cpu {
-            return Err("applets.cpu_max must be at least applets.cpu".into());
+            return Err(("applets.cpu_max", "must be at least applets.cpu".into()));
         }
         if self.cpu_max > Duration::from_secs(10) {
-            return Err("applets.cpu_max must be at most 10s".into());
+            return Err(("applets.cpu_max", "must be at most 10s".into()));
         }
         if self.memory < 1 << 16 || self.memory > 1 << 32 {
-            return Err("applets.memory must be between 64 KiB and 4 GiB".into());
+            return Err(("applets.memory", "must be between 64 KiB and 4 GiB".into()));
         }
         if self.instances == 0 {
-            return Err("applets.instances must be at least 1".into());
+            return Err(("applets.instances", "must be at least 1".into()));
         }
         if self.log_batch == 0 || self.log_queue < self.log_batch {
-            return Err("applets.log_queue must be at least applets.log_batch, which must be more than 0".into());
+            return Err((
+                "applets.log_queue",
+                "must be at least applets.log_batch, which must be more than 0".into(),
+            ));
         }
         if self.log_interval.is_zero() || self.log_retry_max < self.log_interval {
-            return Err("applets.log_retry_max must be at least applets.log_interval, which must be more than 0".into());
+            return Err((
+                "applets.log_retry_max",
+                "must be at least applets.log_interval, which must be more than 0".into(),
+            ));
         }
         for (i, b) in self.bindings.iter().enumerate() {
             if b.urls.is_empty() {
-                return Err(format!("applets.bind[{i}].urls is empty"));
+                return Err(("applets.bind", format!("[{i}].urls is empty")));
             }
             if b.module.is_empty() {
-                return Err(format!("applets.bind[{i}].module is empty"));
+                return Err(("applets.bind", format!("[{i}].module is empty")));
             }
         }
         Ok(())
@@ -180,10 +186,9 @@ mod bytesize_serde {
         }
         match Raw::deserialize(d)? {
             Raw::Bytes(n) => Ok(n),
-            Raw::Text(t) => t
-                .parse::<bytesize::ByteSize>()
-                .map(|b| b.0)
-                .map_err(|e| serde::de::Error::custom(format!("invalid size {t:?} ({e}); write e.g. \"16 MiB\""))),
+            Raw::Text(t) => t.parse::<bytesize::ByteSize>().map(|b| b.0).map_err(|e| {
+                serde::de::Error::custom(format!("invalid size {t:?} ({e}); write e.g. \"16 MiB\""))
+            }),
         }
     }
 }

@@ -89,7 +89,10 @@ pub fn resolve(origin: &str, reference: &str) -> Result<String, Refusal> {
                     .find('/')
                     .unwrap_or(reference.len() - "http://".len());
             let path = &reference[path_at..];
-            Ok(format!("{origin}{}", if path.is_empty() { "/" } else { path }))
+            Ok(format!(
+                "{origin}{}",
+                if path.is_empty() { "/" } else { path }
+            ))
         }
         Some(_) => Err(Refusal::ForeignOrigin {
             url: reference.to_owned(),
@@ -142,10 +145,22 @@ mod tests {
 
     #[test]
     fn origins() {
-        assert_eq!(origin_of("http://A.example/x").as_deref(), Some("http://a.example"));
-        assert_eq!(origin_of("http://a.example:80/x").as_deref(), Some("http://a.example"));
-        assert_eq!(origin_of("http://a.example:8080").as_deref(), Some("http://a.example:8080"));
-        assert_eq!(origin_of("http://127.0.0.1:9/?q").as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(
+            origin_of("http://A.example/x").as_deref(),
+            Some("http://a.example")
+        );
+        assert_eq!(
+            origin_of("http://a.example:80/x").as_deref(),
+            Some("http://a.example")
+        );
+        assert_eq!(
+            origin_of("http://a.example:8080").as_deref(),
+            Some("http://a.example:8080")
+        );
+        assert_eq!(
+            origin_of("http://127.0.0.1:9/?q").as_deref(),
+            Some("http://127.0.0.1:9")
+        );
         assert_eq!(origin_of("https://a.example/"), None);
         assert_eq!(origin_of("http://u@a.example/"), None);
         assert_eq!(origin_of("http://a.example:x/"), None);

@@ -343,9 +343,7 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         },
     )?;
     linker.func_wrap(m, "item_len", |c: Caller<'_, RunState>, h: i32| -> i32 {
-        item(c.data(), h).map_or(-1, |i| {
-            i32::try_from(i.body.len()).unwrap_or(i32::MAX)
-        })
+        item(c.data(), h).map_or(-1, |i| i32::try_from(i.body.len()).unwrap_or(i32::MAX))
     })?;
     linker.func_wrap(
         m,
@@ -371,7 +369,8 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         },
     )?;
     linker.func_wrap(m, "set_status", |mut c: Caller<'_, RunState>, code: i32| {
-        match u16::try_from(code).ok().and_then(|s| StatusCode::from_u16(s).ok()) {
+        let code = u16::try_from(code).ok().filter(|c| (200..=599).contains(c));
+        match code.and_then(|s| StatusCode::from_u16(s).ok()) {
             Some(s) => {
                 c.data_mut().output().status = s;
                 0
@@ -543,8 +542,14 @@ mod tests {
     fn item_references_stay_in_the_origin() {
         let o = "http://a.example:8080";
         assert_eq!(same_origin(o, "/x"), Some(format!("{o}/x")));
-        assert_eq!(same_origin(o, "http://a.example:8080/y").as_deref(), Some("http://a.example:8080/y"));
-        assert_eq!(same_origin(o, "http://a.example:8080").as_deref(), Some("http://a.example:8080/"));
+        assert_eq!(
+            same_origin(o, "http://a.example:8080/y").as_deref(),
+            Some("http://a.example:8080/y")
+        );
+        assert_eq!(
+            same_origin(o, "http://a.example:8080").as_deref(),
+            Some("http://a.example:8080/")
+        );
         assert_eq!(same_origin(o, "http://a.example:80801/y"), None);
         assert_eq!(same_origin(o, "http://a.example/y"), None);
         assert_eq!(same_origin(o, "//b.example/y"), None);

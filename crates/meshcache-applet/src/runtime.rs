@@ -199,7 +199,9 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Builds the engine (pooling instances, epoch interruption) and starts its ticker.
     pub fn new(config: AppletConfig) -> Result<Self, AppletError> {
-        config.validate().map_err(AppletError::Config)?;
+        config
+            .validate()
+            .map_err(|(key, why)| AppletError::Config(format!("{key}: {why}")))?;
         let mut pool = PoolingAllocationConfig::default();
         pool.total_core_instances(config.instances)
             .total_memories(config.instances)

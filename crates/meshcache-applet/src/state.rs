@@ -243,7 +243,10 @@ mod tests {
     fn spool_bounds_batches_and_puts_failures_back_in_order() {
         let spool = LogSpool::new(12);
         let rec = |s: &'static str| Bytes::from_static(s.as_bytes());
-        assert_eq!(spool.push("d", ["aaa", "bbb", "ccc", "ddd", "eee"].map(rec)), 1);
+        assert_eq!(
+            spool.push("d", ["aaa", "bbb", "ccc", "ddd", "eee"].map(rec)),
+            1
+        );
         assert_eq!(spool.counters.dropped.load(Relaxed), 1);
         let batch = spool.take("d", 6).expect("records wait");
         assert_eq!(&batch.body[..], b"aaabbb");

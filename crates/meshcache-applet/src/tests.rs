@@ -78,7 +78,10 @@ fn run(rt: &Runtime, wasm: &[u8], inv: Invocation) -> Verdict {
 #[test]
 fn the_three_outcomes_and_invalid_codes() {
     let rt = runtime();
-    assert!(matches!(run(&rt, &module("", "", "i32.const 0"), inv(b"")), Verdict::Cached));
+    assert!(matches!(
+        run(&rt, &module("", "", "i32.const 0"), inv(b"")),
+        Verdict::Cached
+    ));
     assert!(matches!(
         run(&rt, &module("", "", "i32.const 2"), inv(b"")),
         Verdict::Origin(Reason::Asked)
@@ -151,36 +154,54 @@ fn hostile_runs_end_at_their_limits_and_are_counted() {
     let rt = runtime();
     let spin = module("", "", "(loop $l (br $l)) i32.const 0");
     let started = std::time::Instant::now();
-    assert!(matches!(run(&rt, &spin, inv(b"")), Verdict::Origin(Reason::Timeout)));
+    assert!(matches!(
+        run(&rt, &spin, inv(b"")),
+        Verdict::Origin(Reason::Timeout)
+    ));
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     let bomb = module(
         "",
         "",
         "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) unreachable",
     );
-    assert!(matches!(run(&rt, &bomb, inv(b"")), Verdict::Origin(Reason::Memory)));
+    assert!(matches!(
+        run(&rt, &bomb, inv(b"")),
+        Verdict::Origin(Reason::Memory)
+    ));
     let flood = module(
         r#"(import "meshcache" "write" (func $write (param i32 i32) (result i32)))"#,
         "",
         "(loop $l (br_if $l (i32.eq (call $write (i32.const 0) (i32.const 100)) (i32.const 0))))
          i32.const 1",
     );
-    assert!(matches!(run(&rt, &flood, inv(b"")), Verdict::Origin(Reason::Output)));
+    assert!(matches!(
+        run(&rt, &flood, inv(b"")),
+        Verdict::Origin(Reason::Output)
+    ));
     let trap = module("", "", "unreachable");
-    assert!(matches!(run(&rt, &trap, inv(b"")), Verdict::Origin(Reason::Trap(_))));
+    assert!(matches!(
+        run(&rt, &trap, inv(b"")),
+        Verdict::Origin(Reason::Trap(_))
+    ));
     let wild = module(
         r#"(import "meshcache" "write" (func $write (param i32 i32) (result i32)))"#,
         "",
         "(drop (call $write (i32.const 65530) (i32.const 100))) i32.const 0",
     );
-    assert!(matches!(run(&rt, &wild, inv(b"")), Verdict::Origin(Reason::Trap(_))));
+    assert!(matches!(
+        run(&rt, &wild, inv(b"")),
+        Verdict::Origin(Reason::Trap(_))
+    ));
     let c = &rt.counters;
     assert_eq!(
         [&c.timeouts, &c.memory, &c.output, &c.traps].map(|a| a.load(Relaxed)),
         [1, 1, 1, 2]
     );
     // And the runtime still runs well-behaved applets.
-    assert!(matches!(run(&rt, &module("", "", "i32.const 0"), inv(b"")), Verdict::Cached));
+    assert!(matches!(
+        run(&rt, &module("", "", "i32.const 0"), inv(b"")),
+        Verdict::Cached
+    ));
 }
 
 #[test]
@@ -209,7 +230,10 @@ fn store_writes_and_logs_are_kept_only_when_the_run_completes() {
     ));
     assert_eq!(rt.kv_bytes("http://o.test"), 0);
     assert_eq!(rt.logs.pending("http://o.test/log"), 0);
-    assert!(matches!(run(&rt, &put_then("i32.const 0"), inv(b"")), Verdict::Cached));
+    assert!(matches!(
+        run(&rt, &put_then("i32.const 0"), inv(b"")),
+        Verdict::Cached
+    ));
     assert_eq!(rt.kv_bytes("http://o.test"), 2);
     assert_eq!(rt.logs.pending("http://o.test/log"), 1);
     // Over the origin's bound (64 bytes): the put fails, nothing is stored.
@@ -268,7 +292,10 @@ fn modules_that_do_not_fit_the_interface_are_refused() {
     assert!(matches!(rt.compile(&wasi), Err(AppletError::Link(_))));
     let no_run = wat::parse_str(r#"(module (memory (export "memory") 1))"#).expect("parses");
     assert!(matches!(rt.compile(&no_run), Err(AppletError::Link(_))));
-    assert!(matches!(rt.compile(b"not wasm"), Err(AppletError::Compile(_))));
+    assert!(matches!(
+        rt.compile(b"not wasm"),
+        Err(AppletError::Compile(_))
+    ));
     assert_eq!(rt.counters.compile_failed.load(Relaxed), 3);
     // The same bytes compile once.
     let ok = module("", "", "i32.const 0");
@@ -283,7 +310,9 @@ fn the_shipped_modules_fit_the_interface() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../applets");
     let rt = Runtime::new(AppletConfig::default()).expect("runtime starts");
     let mut n = 0;
-    for name in ["null", "log", "ads", "apc", "ssi", "csid", "spin", "balloon", "flood", "crash", "putcrash"] {
+    for name in [
+        "null", "log", "ads", "apc", "ssi", "csid", "spin", "balloon", "flood", "crash", "putcrash",
+    ] {
         let bytes = std::fs::read(dir.join(format!("{name}.wasm")))
             .unwrap_or_else(|e| panic!("applets/{name}.wasm: {e}"));
         rt.compile(&bytes)

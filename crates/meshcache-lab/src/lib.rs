@@ -71,6 +71,7 @@
 //! | `stall_ms=N` | send the head, then wait `N` ms before the body |
 //! | `chunked=1` | send the body with chunked transfer-coding (a stream of unknown length, in chunks of at most 64 KiB) instead of `Content-Length`; a bare `chunked` also counts, `chunked=0` turns it off |
 //! | `ct=T` | `Content-Type: T` (default `application/octet-stream`) |
+//! | `text=T` | the body starts with the text `T` (percent-decoded; `%0A` for a new line) and goes on with the pattern bytes, from offset `len(T)`, up to `size` (at least `T` itself). Not with `chunked` or `stall_ms`. |
 //! | `setcookie=1` | adds `Set-Cookie: lab=N; Path=/` (`N` as in `x-origin-count`) |
 //! | `hdr=Name:Value` | adds the header `Name: Value`; repeatable. It replaces a header of the same name that the emulator would send (repeated `hdr`s of one name all appear). Framing headers (`Content-Length`, `Transfer-Encoding`) are hyper's business: do not set them. |
 //!

@@ -793,6 +793,12 @@ async fn get_or_head(
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(params.size));
         }
         OriginBody::empty()
+    } else if let Some(text) = &params.text {
+        let mut body = Vec::with_capacity(params.size as usize);
+        body.extend_from_slice(text.as_bytes());
+        let rest = params.size as usize - text.len();
+        body.extend_from_slice(&expected_body(text.len() + rest)[text.len()..]);
+        OriginBody::fixed(body.into())
     } else {
         OriginBody::pattern(params.size, !params.chunked, params.stall)
     };
@@ -924,6 +930,7 @@ struct Params {
     ct: Option<HeaderValue>,
     setcookie: bool,
     hdrs: Vec<(HeaderName, HeaderValue)>,
+    text: Option<String>,
 }
 
 impl Params {
@@ -942,6 +949,7 @@ impl Params {
             ct: None,
             setcookie: false,
             hdrs: Vec::new(),
+            text: None,
         };
         for pair in query.split('&').filter(|s| !s.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -985,6 +993,7 @@ impl Params {
                 "chunked" => p.chunked = flag(k, &v)?,
                 "ct" => p.ct = Some(header_value(k, &v)?),
                 "setcookie" => p.setcookie = flag(k, &v)?,
+                "text" => p.text = Some(v.into_owned()),
                 "hdr" => {
                     let (name, value) = v
                         .split_once(':')
@@ -995,6 +1004,12 @@ impl Params {
                 }
                 _ => {}
             }
+        }
+        if let Some(t) = &p.text {
+            if p.chunked || p.stall.is_some() {
+                return Err("text= cannot be combined with chunked or stall_ms".into());
+            }
+            p.size = p.size.max(t.len() as u64);
         }
         Ok(p)
     }

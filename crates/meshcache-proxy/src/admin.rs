@@ -41,6 +41,7 @@ pub(crate) async fn handle(
             cooperation_metrics(&shared, &mut text);
             summary_metrics(&shared, &mut text);
             efficiency_metrics(&shared, &mut text);
+            applet_metrics(&shared, &mut text);
             reply(StatusCode::OK, "text/plain; version=0.0.4", text)
         }
         "/stats" => {
@@ -61,6 +62,9 @@ pub(crate) async fn handle(
                     let names: Vec<String> =
                         shared.config.peers.iter().map(|p| p.name.clone()).collect();
                     obj.insert("summary".into(), s.report(&names));
+                }
+                if let Some(a) = &shared.applets {
+                    obj.insert("applets".into(), a.report());
                 }
                 obj.insert(
                     "efficiency".into(),
@@ -90,6 +94,22 @@ pub(crate) async fn handle(
             "not found: try /metrics or /stats\n".into(),
         ),
     })
+}
+
+/// Active Cache lines of `/metrics`: every counter of the `/stats` "applets" object.
+fn applet_metrics(shared: &Shared, out: &mut String) {
+    use std::fmt::Write as _;
+    let Some(a) = &shared.applets else {
+        return;
+    };
+    if let Some(obj) = a.report().as_object() {
+        for (k, v) in obj {
+            let _ = writeln!(
+                out,
+                "# TYPE meshcache_applet_{k}_total counter\nmeshcache_applet_{k}_total {v}"
+            );
+        }
+    }
 }
 
 fn icp_counters(shared: &Shared) -> serde_json::Value {

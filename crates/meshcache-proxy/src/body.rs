@@ -54,6 +54,11 @@ pub struct Transaction {
 }
 
 impl Transaction {
+    /// The client's address.
+    pub fn client(&self) -> IpAddr {
+        self.client
+    }
+
     /// Starts a transaction.
     pub(crate) fn new(shared: Arc<Shared>, client: IpAddr, method: Method, url: String) -> Self {
         Transaction {

@@ -40,6 +40,8 @@ pub struct Config {
     pub cooperation: CooperationConfig,
     /// Name resolution for origins.
     pub dns: DnsConfig,
+    /// Active Cache: applets run on cache hits.
+    pub applets: meshcache_applet::AppletConfig,
     /// Neighbour caches (`[[peer]]` tables).
     #[serde(rename = "peer")]
     pub peers: Vec<PeerConfig>,
@@ -57,6 +59,7 @@ impl Default for Config {
             log: LogConfig::default(),
             cooperation: CooperationConfig::default(),
             dns: DnsConfig::default(),
+            applets: meshcache_applet::AppletConfig::default(),
             peers: Vec::new(),
         }
     }
@@ -560,6 +563,9 @@ impl Config {
         }
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return invalid("cache.heuristic_fraction", "must be between 0 and 1");
+        }
+        if let Err((key, reason)) = self.applets.validate() {
+            return Err(ConfigError::Invalid { key, reason });
         }
         let mut names = std::collections::HashSet::new();
         for peer in &self.peers {

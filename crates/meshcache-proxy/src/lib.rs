@@ -21,6 +21,7 @@
 
 pub mod accesslog;
 mod admin;
+pub mod applets;
 pub mod body;
 pub mod cache;
 pub mod config;
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     cache: cache::Cache,
     upstream: upstream::Upstream,
     coop: coop::Coop,
+    /// Active Cache, when `applets.enabled`.
+    applets: Option<Arc<applets::Active>>,
     metrics: Arc<metrics::Metrics>,
     log: Option<accesslog::AccessLog>,
     via: http::HeaderValue,
@@ -93,6 +96,9 @@ pub enum ProxyError {
         /// Why.
         reason: String,
     },
+    /// Active Cache could not start (engine, or a bound module that does not load).
+    #[error("applets: {0}")]
+    Applets(String),
     /// The access log could not be opened.
     #[error("cannot open access log {path:?}: {source}")]
     AccessLog {

@@ -38,6 +38,8 @@ pub struct Metrics {
     pub upstream_errors: AtomicU64,
     /// Requests that waited for another request's fetch of the same URL.
     pub collapsed: AtomicU64,
+    /// Responses naming an applet (`CacheApplet`) not stored because applets are disabled.
+    pub applets_not_stored: AtomicU64,
     /// Time by kind of work, and requests by sender.
     pub efficiency: crate::efficiency::Efficiency,
     latency_us: Mutex<Histogram<u64>>,
@@ -80,6 +82,7 @@ impl Metrics {
             upstream_connections_reused: AtomicU64::new(0),
             upstream_errors: AtomicU64::new(0),
             collapsed: AtomicU64::new(0),
+            applets_not_stored: AtomicU64::new(0),
             efficiency: crate::efficiency::Efficiency::default(),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
@@ -138,6 +141,7 @@ impl Metrics {
             upstream_connections_reused: self.upstream_connections_reused.load(Relaxed),
             upstream_errors: self.upstream_errors.load(Relaxed),
             collapsed: self.collapsed.load(Relaxed),
+            applets_not_stored: self.applets_not_stored.load(Relaxed),
             latency_ms: LatencySummary {
                 count: h.len(),
                 mean: if h.is_empty() { 0.0 } else { h.mean() / 1000.0 },
@@ -201,6 +205,11 @@ impl Metrics {
             "collapsed_total",
             "Requests served by another request's fetch.",
             s.collapsed,
+        );
+        counter(
+            "applets_not_stored_total",
+            "Responses naming an applet not stored because applets are disabled.",
+            s.applets_not_stored,
         );
         counter(
             "store_admitted_total",
@@ -302,6 +311,8 @@ pub struct Snapshot {
     pub upstream_errors: u64,
     /// Collapsed requests.
     pub collapsed: u64,
+    /// Responses naming an applet not stored because applets are disabled.
+    pub applets_not_stored: u64,
     /// Latency summary.
     pub latency_ms: LatencySummary,
     /// Store figures.

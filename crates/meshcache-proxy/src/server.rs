@@ -139,12 +139,14 @@ impl Proxy {
         };
         let (x_cache_hit, x_cache_miss) = (x_cache("HIT"), x_cache("MISS"));
         let coop = Coop::new(&config);
+        let applets = crate::applets::Active::new(&config.applets).map_err(ProxyError::Applets)?;
         Ok(Proxy {
             shared: Arc::new(Shared {
                 config,
                 cache,
                 upstream,
                 coop,
+                applets,
                 metrics,
                 log,
                 via,
@@ -256,6 +258,10 @@ impl Proxy {
             )));
         }
         tasks.push(tokio::spawn(housekeeping(shared.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(crate::applets::run_logs(
+            shared.clone(),
+            stop_rx.clone(),
+        )));
         shutdown.await;
         tracing::info!("shutting down: no new connections, finishing in-flight requests");
         let _ = stop_tx.send(true);

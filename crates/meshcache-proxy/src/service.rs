@@ -26,8 +26,10 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{request, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use meshcache_applet::Built;
 use meshcache_store::InvalidateCause;
 
+use crate::applets::{self, Gate};
 use crate::body::{Capture, ProxyBody, Relay, Transaction};
 use crate::cache::{CachedObject, Collapse, FetchGuard, Found};
 use crate::coop::{self, Forwarded};
@@ -254,27 +256,36 @@ async fn cached(
     if let Some(found) = shared.cache.lookup(&target.url, &parts.headers) {
         match found.object().freshness.usability(&directives, now) {
             Usability::Fresh | Usability::StaleAllowed => {
-                return serve_stored(
+                return serve_hit(
                     shared,
                     txn,
-                    &parts,
+                    parts,
+                    target,
                     found.object(),
                     ResultCode::TcpMemHit,
                     now,
                     "hit",
-                );
+                )
+                .await;
             }
             Usability::StaleWhileRevalidate => {
-                refresh_in_background(shared.clone(), parts.headers.clone(), target, found.clone());
-                return serve_stored(
+                refresh_in_background(
+                    shared.clone(),
+                    parts.headers.clone(),
+                    target.clone(),
+                    found.clone(),
+                );
+                return serve_hit(
                     shared,
                     txn,
-                    &parts,
+                    parts,
+                    target,
                     found.object(),
                     ResultCode::TcpStaleHit,
                     now,
                     "hit; fwd=stale",
-                );
+                )
+                .await;
             }
             Usability::MustValidate if directives.only_if_cached => {
                 return refuse(
@@ -324,20 +335,89 @@ async fn cached(
                     found.object().freshness.usability(&directives, now),
                     Usability::Fresh | Usability::StaleAllowed
                 ) {
-                    return serve_stored(
+                    return serve_hit(
                         shared,
                         txn,
-                        &parts,
+                        parts,
+                        target,
                         found.object(),
                         ResultCode::TcpMemHit,
                         now,
                         "hit; detail=collapsed",
-                    );
+                    )
+                    .await;
                 }
             }
             fetch(shared, txn, parts, target, None, ResultCode::TcpMiss).await
         }
     }
+}
+
+/// A hit: the document's applet, if it has one, runs first and decides whether the stored copy
+/// is served, a response it built, or the request goes to the origin as a miss.
+#[allow(clippy::too_many_arguments)]
+async fn serve_hit(
+    shared: &Arc<Shared>,
+    txn: Transaction,
+    parts: request::Parts,
+    target: Target,
+    object: &CachedObject,
+    code: ResultCode,
+    now: SystemTime,
+    status_detail: &str,
+) -> Response<ProxyBody> {
+    if shared.applets.is_none() {
+        return serve_stored(shared, txn, &parts, object, code, now, status_detail);
+    }
+    match applets::on_hit(shared, &parts, &target.url, txn.client(), object).await {
+        Gate::Serve => serve_stored(shared, txn, &parts, object, code, now, status_detail),
+        Gate::Built(built) => serve_built(shared, txn, &parts, built, code),
+        Gate::Origin(why) => {
+            let mut resp = fetch(shared, txn, parts, target, None, ResultCode::TcpMiss).await;
+            let h = resp.headers_mut();
+            if let Some(v) = h.get(&CACHE_STATUS).and_then(|v| v.to_str().ok()) {
+                if let Ok(v) = HeaderValue::from_str(&format!("{v}; detail={why}")) {
+                    h.insert(CACHE_STATUS.clone(), v);
+                }
+            }
+            resp
+        }
+    }
+}
+
+/// Sends the response an applet built for a hit.
+fn serve_built(
+    shared: &Shared,
+    mut txn: Transaction,
+    req: &request::Parts,
+    built: Built,
+    code: ResultCode,
+) -> Response<ProxyBody> {
+    let mut headers = HeaderMap::with_capacity(built.headers.len() + 5);
+    for (n, v) in built.headers {
+        headers.append(n, v);
+    }
+    let bodiless = matches!(built.status.as_u16(), 204 | 304);
+    let mut body = if bodiless { Bytes::new() } else { built.body };
+    if !bodiless {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+    }
+    headers::append_via(&mut headers, &shared.via);
+    headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
+    if let Ok(v) = HeaderValue::from_str(&format!("{}; hit; detail=applet", shared.config.name)) {
+        headers.insert(CACHE_STATUS.clone(), v);
+    }
+    if req.method == Method::HEAD {
+        body = Bytes::new();
+    }
+    txn.result = code;
+    txn.status = built.status.as_u16();
+    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
+    txn.head_bytes = head_size(&headers);
+    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
+    *resp.status_mut() = built.status;
+    *resp.headers_mut() = headers;
+    resp
 }
 
 /// Sends a stored object: 304 for a matching conditional, 206/416 for a range, else 200.
@@ -478,7 +558,10 @@ fn relay_response(
     txn.peer = lease.peer().map(|ip| ip.to_string());
     headers::strip_hop_by_hop(&mut rparts.headers);
     let directives = RequestDirectives::parse(&req.headers);
-    let freshness = if proxy_only || directives.no_store || req.headers.contains_key(header::RANGE)
+    let freshness = if proxy_only
+        || directives.no_store
+        || req.headers.contains_key(header::RANGE)
+        || !applets::admit(shared, &target.url, &rparts.headers)
     {
         None
     } else {
@@ -616,29 +699,33 @@ async fn revalidate(
                     found
                 }
             };
-            serve_stored(
+            serve_hit(
                 shared,
                 txn,
-                &parts,
+                parts,
+                target,
                 refreshed.object(),
                 ResultCode::TcpRefreshUnmodified,
                 now_after,
                 "fwd=stale; fwd-status=304",
             )
+            .await
         }
         Ok(fwd)
             if fwd.response.status().is_server_error()
                 && object.freshness.stale_if_error_allows(now_after) =>
         {
-            serve_stored(
+            serve_hit(
                 shared,
                 txn,
-                &parts,
+                parts,
+                target,
                 object,
                 ResultCode::TcpRefreshFailOld,
                 now_after,
                 "hit; fwd=stale; detail=stale-if-error",
             )
+            .await
         }
         Ok(fwd) => {
             let mut req_parts = parts;
@@ -655,15 +742,19 @@ async fn revalidate(
                 now_after,
             )
         }
-        Err(_) if object.freshness.stale_if_error_allows(now_after) => serve_stored(
-            shared,
-            txn,
-            &parts,
-            object,
-            ResultCode::TcpRefreshFailOld,
-            now_after,
-            "hit; fwd=stale; detail=stale-if-error",
-        ),
+        Err(_) if object.freshness.stale_if_error_allows(now_after) => {
+            serve_hit(
+                shared,
+                txn,
+                parts,
+                target,
+                object,
+                ResultCode::TcpRefreshFailOld,
+                now_after,
+                "hit; fwd=stale; detail=stale-if-error",
+            )
+            .await
+        }
         Err(e) => {
             txn.result = ResultCode::TcpRefreshFailErr;
             upstream_failed(shared, txn, e)
@@ -725,6 +816,7 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
         headers::strip_hop_by_hop(&mut rparts.headers);
         let Some(f) =
             Freshness::for_exchange(&parts, rparts.status, &rparts.headers, now, heuristic)
+                .filter(|_| applets::admit(&shared, &target.url, &rparts.headers))
         else {
             shared.cache.invalidate(&target.url, InvalidateCause::Stale);
             return;

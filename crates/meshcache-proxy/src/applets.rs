@@ -1,0 +1,544 @@
+//! Active Cache in the proxy: which stored documents carry an applet, getting its module, running
+//! it on a hit, and delivering its log records to the origin.
+//!
+//! ```text
+//! store time:  CacheApplet header ─ refused (other origin) ─► log line, counted, header ignored
+//!                                 └ applets disabled ───────► not stored (no hit could run it)
+//! hit:  plan (header, else a [[applets.bind]]) ─► module (compiled, or fetched from the
+//!       origin and compiled once) ─► run ─► Cached: serve the stored copy
+//!                                        ├► Built: serve the applet's response
+//!                                        └► Origin (asked, trap, limit, no module): a miss
+//! background:  log spool ─► POST batches to each destination, backing off on failure
+//! ```
+//!
+//! A run happens on the request's own task: a hit with a well-behaved applet costs a few
+//! microseconds, and a runaway one is cut off at its CPU deadline (`applets.cpu`, scaled by
+//! the document's size up to `applets.cpu_max`).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{request, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use meshcache_applet::header::{self as applet_header, Attachment};
+use meshcache_applet::{
+    Applet, AppletConfig, Built, Invocation, Item, Items, Reason, Runtime, Verdict,
+};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::cache::CachedObject;
+use crate::semantics::Usability;
+use crate::Shared;
+
+/// How long a module that could not be fetched or compiled is not asked for again.
+const FAILED_MODULE_RETRY: Duration = Duration::from_secs(30);
+
+/// Counters of the proxy's side of Active Cache (the runtime counts the runs).
+#[derive(Debug, Default)]
+pub struct ProxyCounters {
+    /// `CacheApplet` headers refused (another origin, malformed): ignored.
+    pub refused: AtomicU64,
+    /// Modules fetched from origins.
+    pub module_fetches: AtomicU64,
+    /// Hits sent to the origin because their module could not be had.
+    pub module_unavailable: AtomicU64,
+    /// Log batches POSTed successfully.
+    pub log_posts: AtomicU64,
+    /// Log POSTs that failed (the batch is retried).
+    pub log_post_failures: AtomicU64,
+}
+
+/// Where a bound applet's module comes from.
+enum BoundModule {
+    /// Compiled at start from a file.
+    File(Arc<Applet>),
+    /// Fetched from this URL.
+    Url(String),
+}
+
+struct Bound {
+    urls: String,
+    module: BoundModule,
+    log: Option<String>,
+}
+
+enum Slot {
+    Ready { applet: Arc<Applet>, at: Instant },
+    Failed { until: Instant, why: String },
+}
+
+/// What to run for one document.
+enum Plan {
+    Compiled { applet: Arc<Applet>, log_to: String },
+    Fetch { url: String, log_to: String },
+}
+
+/// The proxy's Active Cache state: the runtime, the bindings, the modules by URL.
+pub struct Active {
+    runtime: Runtime,
+    bindings: Vec<Bound>,
+    modules: Mutex<HashMap<String, Slot>>,
+    /// Counters.
+    pub counters: ProxyCounters,
+}
+
+impl std::fmt::Debug for Active {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Active")
+            .field("bindings", &self.bindings.len())
+            .finish()
+    }
+}
+
+/// What a hit does after its applet ran.
+pub(crate) enum Gate {
+    /// Serve the stored copy.
+    Serve,
+    /// Serve this response.
+    Built(Built),
+    /// Handle as a miss; the token says why (for `Cache-Status`).
+    Origin(&'static str),
+}
+
+impl Active {
+    /// Starts the runtime and compiles file-bound modules; `None` when applets are disabled.
+    pub fn new(config: &AppletConfig) -> Result<Option<Arc<Active>>, String> {
+        if !config.enabled {
+            return Ok(None);
+        }
+        let runtime = Runtime::new(config.clone()).map_err(|e| e.to_string())?;
+        let mut bindings = Vec::new();
+        for (i, b) in config.bindings.iter().enumerate() {
+            let module = if b.module.starts_with("http://") {
+                BoundModule::Url(b.module.clone())
+            } else {
+                let bytes = std::fs::read(&b.module)
+                    .map_err(|e| format!("applets.bind[{i}].module {:?}: {e}", b.module))?;
+                let applet = runtime
+                    .compile(&bytes)
+                    .map_err(|e| format!("applets.bind[{i}].module {:?}: {e}", b.module))?;
+                BoundModule::File(applet)
+            };
+            bindings.push(Bound {
+                urls: b.urls.clone(),
+                module,
+                log: b.log.clone(),
+            });
+        }
+        Ok(Some(Arc::new(Active {
+            runtime,
+            bindings,
+            modules: Mutex::new(HashMap::new()),
+            counters: ProxyCounters::default(),
+        })))
+    }
+
+    /// The runtime (its counters, log spool, config).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The applet a stored document runs: its own `CacheApplet`, else the first binding.
+    fn plan(&self, url: &str, origin: &str, object: &CachedObject) -> Option<Plan> {
+        if let Some(v) = object.header(&CACHE_APPLET) {
+            if let Ok(Attachment { module, log }) = applet_header::parse(url, v.as_bytes()) {
+                return Some(self.by_url(module, log));
+            }
+        }
+        let b = self
+            .bindings
+            .iter()
+            .find(|b| meshcache_applet::config::glob_match(&b.urls, url))?;
+        let log_to = |default: &str| match &b.log {
+            Some(l) => applet_header::resolve(origin, l).unwrap_or_else(|_| default.to_owned()),
+            None => default.to_owned(),
+        };
+        Some(match &b.module {
+            BoundModule::File(a) => Plan::Compiled {
+                applet: a.clone(),
+                log_to: log_to(&format!("{origin}/")),
+            },
+            BoundModule::Url(u) => self.by_url(u.clone(), log_to(u)),
+        })
+    }
+
+    fn by_url(&self, url: String, log_to: String) -> Plan {
+        if let Some(Slot::Ready { applet, at }) = self.modules.lock().get(&url) {
+            if at.elapsed() < self.runtime.config().module_ttl {
+                return Plan::Compiled {
+                    applet: applet.clone(),
+                    log_to,
+                };
+            }
+        }
+        Plan::Fetch { url, log_to }
+    }
+
+    /// The compiled module at `url`: fetched from its origin and compiled on first use.
+    async fn module(self: &Arc<Self>, shared: &Shared, url: &str) -> Result<Arc<Applet>, String> {
+        if let Some(Slot::Failed { until, why }) = self.modules.lock().get(url) {
+            if Instant::now() < *until {
+                return Err(why.clone());
+            }
+        }
+        self.counters.module_fetches.fetch_add(1, Relaxed);
+        let got = match fetch_module(shared, url, self.runtime.config().max_module).await {
+            Ok(bytes) => {
+                let me = self.clone();
+                tokio::task::spawn_blocking(move || me.runtime.compile(&bytes))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map_err(|e| e.to_string()))
+            }
+            Err(e) => Err(e),
+        };
+        let mut modules = self.modules.lock();
+        match got {
+            Ok(applet) => {
+                modules.insert(
+                    url.to_owned(),
+                    Slot::Ready {
+                        applet: applet.clone(),
+                        at: Instant::now(),
+                    },
+                );
+                Ok(applet)
+            }
+            Err(why) => {
+                tracing::warn!(module = url, error = %why, "applet module unavailable; its documents' hits go to the origin");
+                modules.insert(
+                    url.to_owned(),
+                    Slot::Failed {
+                        until: Instant::now() + FAILED_MODULE_RETRY,
+                        why: why.clone(),
+                    },
+                );
+                Err(why)
+            }
+        }
+    }
+
+    /// Counters and gauges for `/stats` and `/metrics`.
+    pub fn report(&self) -> serde_json::Value {
+        let c = &self.runtime.counters;
+        let p = &self.counters;
+        let l = &self.runtime.logs.counters;
+        let g = |a: &AtomicU64| a.load(Relaxed);
+        serde_json::json!({
+            "runs": g(&c.runs),
+            "cached": g(&c.cached),
+            "built": g(&c.built),
+            "asked_origin": g(&c.asked_origin),
+            "traps": g(&c.traps),
+            "timeouts": g(&c.timeouts),
+            "memory_overruns": g(&c.memory),
+            "output_overruns": g(&c.output),
+            "invalid_results": g(&c.invalid),
+            "instantiate_failures": g(&c.instantiate),
+            "kv_rejected": g(&c.kv_rejected),
+            "run_micros": g(&c.run_micros),
+            "modules_compiled": g(&c.compiled),
+            "module_compile_failures": g(&c.compile_failed),
+            "module_fetches": g(&p.module_fetches),
+            "module_unavailable": g(&p.module_unavailable),
+            "refused_headers": g(&p.refused),
+            "log_records_queued": g(&l.queued),
+            "log_records_delivered": g(&l.delivered),
+            "log_records_dropped": g(&l.dropped),
+            "log_posts": g(&p.log_posts),
+            "log_post_failures": g(&p.log_post_failures),
+        })
+    }
+}
+
+static CACHE_APPLET: header::HeaderName = header::HeaderName::from_static(applet_header::NAME);
+
+/// Store time: may a response naming an applet be stored? Refusals are logged and counted here,
+/// once per stored response, so hits need not repeat them.
+pub(crate) fn admit(shared: &Shared, url: &str, headers: &HeaderMap) -> bool {
+    let Some(v) = headers.get(&CACHE_APPLET) else {
+        return true;
+    };
+    let Some(active) = &shared.applets else {
+        shared.metrics.applets_not_stored.fetch_add(1, Relaxed);
+        return false;
+    };
+    if let Err(why) = applet_header::parse(url, v.as_bytes()) {
+        active.counters.refused.fetch_add(1, Relaxed);
+        tracing::warn!(url, value = ?v, reason = %why, "CacheApplet header ignored");
+    }
+    true
+}
+
+/// The proxy's cache, as applets see it: fresh objects only, matched with the client's request
+/// headers (for `Vary`).
+struct CacheItems {
+    shared: Arc<Shared>,
+    request: HeaderMap,
+}
+
+impl Items for CacheItems {
+    fn open(&self, url: &str) -> Option<Item> {
+        let found = self.shared.cache.lookup(url, &self.request)?;
+        let o = found.object();
+        let directives = crate::headers::RequestDirectives::parse(&self.request);
+        match o
+            .freshness
+            .usability(&directives, std::time::SystemTime::now())
+        {
+            Usability::Fresh | Usability::StaleAllowed => Some(Item {
+                status: o.status,
+                headers: o.header_map(),
+                body: o.body.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Runs the applet of a stored document, if it has one, for this hit.
+pub(crate) async fn on_hit(
+    shared: &Arc<Shared>,
+    req: &request::Parts,
+    url: &str,
+    client: IpAddr,
+    object: &CachedObject,
+) -> Gate {
+    let Some(active) = &shared.applets else {
+        return Gate::Serve;
+    };
+    let Some(origin) = applet_header::origin_of(url) else {
+        return Gate::Serve;
+    };
+    let Some(plan) = active.plan(url, &origin, object) else {
+        return Gate::Serve;
+    };
+    let (applet, log_to) = match plan {
+        Plan::Compiled { applet, log_to } => (applet, log_to),
+        Plan::Fetch {
+            url: module,
+            log_to,
+        } => match active.module(shared, &module).await {
+            Ok(applet) => (applet, log_to),
+            Err(_) => {
+                active.counters.module_unavailable.fetch_add(1, Relaxed);
+                return Gate::Origin("applet-unavailable");
+            }
+        },
+    };
+    let invocation = Invocation {
+        method: req.method.clone(),
+        url: url.to_owned(),
+        origin,
+        headers: req.headers.clone(),
+        client,
+        document: Item {
+            status: object.status,
+            headers: object.header_map(),
+            body: object.body.clone(),
+        },
+        log_to: Arc::from(log_to),
+    };
+    let items = Arc::new(CacheItems {
+        shared: shared.clone(),
+        request: req.headers.clone(),
+    });
+    match active.runtime.run(&applet, invocation, items) {
+        Verdict::Cached => Gate::Serve,
+        Verdict::Built(b) => Gate::Built(b),
+        Verdict::Origin(reason) => {
+            if !matches!(reason, Reason::Asked) {
+                tracing::info!(url, reason = ?reason, "applet failed; the request goes to the origin");
+            }
+            Gate::Origin(match reason {
+                Reason::Asked => "applet-origin",
+                Reason::Trap(_) => "applet-trap",
+                Reason::Timeout => "applet-timeout",
+                Reason::Memory => "applet-memory",
+                Reason::Output => "applet-output",
+                Reason::Invalid(_) => "applet-invalid",
+                Reason::Instantiate(_) => "applet-instantiate",
+            })
+        }
+    }
+}
+
+/// Splits an absolute `http://` URL into host, port and origin-form path.
+fn split_url(url: &str) -> Option<(String, u16, String)> {
+    let uri: Uri = url.parse().ok()?;
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    let auth = uri.authority()?;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    Some((auth.host().to_owned(), auth.port_u16().unwrap_or(80), path))
+}
+
+/// GETs a module from its origin (not through the cache: modules are code, fetched fresh).
+async fn fetch_module(shared: &Shared, url: &str, max: u64) -> Result<Bytes, String> {
+    let (host, port, path) = split_url(url).ok_or_else(|| format!("bad module URL {url}"))?;
+    let mut req = Request::new(crate::upstream::no_body());
+    *req.method_mut() = Method::GET;
+    *req.uri_mut() = Uri::try_from(path).map_err(|e| e.to_string())?;
+    let authority = if port == 80 {
+        host.clone()
+    } else {
+        format!("{host}:{port}")
+    };
+    if let Ok(v) = HeaderValue::from_str(&authority) {
+        req.headers_mut().insert(header::HOST, v);
+    }
+    req.headers_mut()
+        .insert(header::ACCEPT, HeaderValue::from_static("application/wasm"));
+    req.headers_mut().insert(header::VIA, shared.via.clone());
+    let limit = shared.config.upstream.read_timeout + shared.config.upstream.connect_timeout;
+    let fetch = async {
+        let (resp, lease) = shared
+            .upstream
+            .send(&host, port, req)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), max as usize)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the module: {e}"))?
+            .to_bytes();
+        lease.release();
+        if status != StatusCode::OK {
+            return Err(format!("{url}: {status}"));
+        }
+        Ok(body)
+    };
+    tokio::time::timeout(limit, fetch)
+        .await
+        .map_err(|_| format!("{url}: no answer within {limit:?}"))?
+}
+
+/// POSTs one log batch; `Ok` on a 2xx answer.
+async fn post_log(shared: &Shared, destination: &str, body: Bytes) -> Result<(), String> {
+    let (host, port, path) =
+        split_url(destination).ok_or_else(|| format!("bad log URL {destination}"))?;
+    let addr = match shared.upstream.static_address(&host) {
+        Some(ip) => std::net::SocketAddr::new(ip, port),
+        None => tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| e.to_string())?
+            .next()
+            .ok_or_else(|| format!("{host}: no address"))?,
+    };
+    let limit = shared.config.upstream.read_timeout + shared.config.upstream.connect_timeout;
+    let exchange = async {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = Uri::try_from(path).map_err(|e| e.to_string())?;
+        let h = req.headers_mut();
+        let authority = if port == 80 {
+            host.clone()
+        } else {
+            format!("{host}:{port}")
+        };
+        if let Ok(v) = HeaderValue::from_str(&authority) {
+            h.insert(header::HOST, v);
+        }
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        h.insert(header::VIA, shared.via.clone());
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("answered {status}"))
+        }
+    };
+    tokio::time::timeout(limit, exchange)
+        .await
+        .map_err(|_| format!("no answer within {limit:?}"))?
+}
+
+/// Delivers the log spool: every `applets.log_interval`, one batch per destination that is not
+/// backing off; a failure puts the batch back and doubles that destination's wait, up to
+/// `applets.log_retry_max`. At shutdown, one last round; what is left is logged with its count.
+pub(crate) async fn run_logs(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let Some(active) = shared.applets.clone() else {
+        return;
+    };
+    let config = active.runtime.config().clone();
+    let spool = active.runtime.logs.clone();
+    let mut backoff: HashMap<String, (Instant, Duration)> = HashMap::new();
+    let mut tick = tokio::time::interval(config.log_interval);
+    let mut last_round = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => last_round = true,
+        }
+        for destination in spool.destinations() {
+            if !last_round {
+                if let Some((until, _)) = backoff.get(&destination) {
+                    if Instant::now() < *until {
+                        continue;
+                    }
+                }
+            }
+            // Drain what is waiting, batch by batch, while the destination answers.
+            while let Some(batch) = spool.take(&destination, config.log_batch) {
+                match post_log(&shared, &destination, batch.body.clone()).await {
+                    Ok(()) => {
+                        active.counters.log_posts.fetch_add(1, Relaxed);
+                        spool.delivered(batch);
+                        backoff.remove(&destination);
+                    }
+                    Err(why) => {
+                        active.counters.log_post_failures.fetch_add(1, Relaxed);
+                        let wait = backoff
+                            .get(&destination)
+                            .map_or(config.log_interval, |(_, w)| {
+                                (*w * 2).min(config.log_retry_max)
+                            });
+                        tracing::warn!(destination, error = %why, retry_in = ?wait, "applet log delivery failed");
+                        let dropped = spool.put_back(batch);
+                        if dropped > 0 {
+                            tracing::warn!(
+                                destination,
+                                dropped,
+                                "applet log records dropped: the queue is full"
+                            );
+                        }
+                        backoff.insert(destination.clone(), (Instant::now() + wait, wait));
+                        break;
+                    }
+                }
+            }
+        }
+        if last_round {
+            let left: usize = spool.destinations().iter().map(|d| spool.pending(d)).sum();
+            if left > 0 {
+                tracing::warn!(
+                    records = left,
+                    "applet log records not delivered at shutdown"
+                );
+            }
+            return;
+        }
+    }
+}
