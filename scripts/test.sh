@@ -50,6 +50,6 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 awk '/^test result:/ { passed += $4; failed += $6 } END { printf "tests: %d passed, %d failed\n", passed, failed }' "$log"
 exit "$status"

@@ -14,7 +14,7 @@ use wasmtime::{Caller, Linker, Memory, ResourceLimiter};
 use crate::abi::{self, Input};
 use crate::config::AppletConfig;
 use crate::runtime::{Built, Invocation, Item, Items};
-use crate::state::{KvStore, KvWrites, MAX_KEY};
+use crate::state::{KvStore, KvStores, KvWrites, MAX_KEY};
 
 /// The most objects one run may open (the document included).
 const MAX_OPEN: usize = 64;
@@ -113,7 +113,9 @@ impl Output {
 pub(crate) struct RunState {
     pub inv: Invocation,
     items: Arc<dyn Items>,
-    kv: Arc<Mutex<KvStore>>,
+    kv_stores: Arc<KvStores>,
+    /// The origin's store, looked up on the run's first store access.
+    kv: Option<Arc<Mutex<KvStore>>>,
     pub limiter: Limiter,
     pub memory: Option<Memory>,
     open: Vec<Item>,
@@ -131,20 +133,20 @@ impl RunState {
     pub fn new(
         inv: Invocation,
         items: Arc<dyn Items>,
-        kv: Arc<Mutex<KvStore>>,
+        kv_stores: Arc<KvStores>,
         config: &AppletConfig,
     ) -> Self {
-        let document = inv.document.clone();
         RunState {
             inv,
             items,
-            kv,
+            kv_stores,
+            kv: None,
             limiter: Limiter {
                 memory_max: config.memory as usize,
                 memory_denied: false,
             },
             memory: None,
-            open: vec![document],
+            open: Vec::new(),
             output: None,
             output_overrun: false,
             max_output: config.max_output,
@@ -153,6 +155,18 @@ impl RunState {
             kv_max: config.kv_max,
             log: Vec::new(),
             log_left: config.log_per_run,
+        }
+    }
+
+    /// The origin's store.
+    fn kv(&mut self) -> Arc<Mutex<KvStore>> {
+        match &self.kv {
+            Some(kv) => kv.clone(),
+            None => {
+                let kv = self.kv_stores.of(&self.inv.origin);
+                self.kv = Some(kv.clone());
+                kv
+            }
         }
     }
 
@@ -257,16 +271,22 @@ fn input_bytes(state: &RunState, which: Input) -> Vec<u8> {
 }
 
 /// Values of a header, `, `-joined; `None` if absent.
-fn joined(headers: &http::HeaderMap, name: &[u8]) -> Option<Vec<u8>> {
+fn joined<'a>(
+    headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
+    name: &[u8],
+) -> Option<Vec<u8>> {
     let name = HeaderName::from_bytes(name).ok()?;
-    let mut values = headers.get_all(&name).iter();
-    let first = values.next()?;
-    let mut out = first.as_bytes().to_vec();
-    for v in values {
-        out.extend_from_slice(b", ");
-        out.extend_from_slice(v.as_bytes());
+    let mut out: Option<Vec<u8>> = None;
+    for (_, v) in headers.filter(|(n, _)| **n == name) {
+        match &mut out {
+            Some(o) => {
+                o.extend_from_slice(b", ");
+                o.extend_from_slice(v.as_bytes());
+            }
+            None => out = Some(v.as_bytes().to_vec()),
+        }
     }
-    Some(out)
+    out
 }
 
 /// Resolves an item reference to an absolute URL of the document's origin, or `None`.
@@ -285,7 +305,10 @@ fn same_origin(origin: &str, reference: &str) -> Option<String> {
 }
 
 fn item(state: &RunState, handle: i32) -> Option<&Item> {
-    usize::try_from(handle).ok().and_then(|h| state.open.get(h))
+    match usize::try_from(handle).ok()? {
+        0 => Some(&state.inv.document),
+        h => state.open.get(h - 1),
+    }
 }
 
 /// Defines every import of [`abi::IMPORTS`] in `linker`.
@@ -307,7 +330,7 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         "request_header",
         |mut c: Caller<'_, RunState>, name: i32, len: i32, out: i32, cap: i32| {
             let name = read(&mut c, name, len)?;
-            match joined(&c.data().inv.headers, &name) {
+            match joined(c.data().inv.headers.iter(), &name) {
                 Some(v) => give(&mut c, &v, out, cap),
                 None => Ok(-1),
             }
@@ -324,7 +347,7 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         |mut c: Caller<'_, RunState>, url: i32, len: i32| -> wasmtime::Result<i32> {
             let url = read(&mut c, url, len)?;
             let state = c.data_mut();
-            if state.open.len() >= MAX_OPEN {
+            if state.open.len() + 1 >= MAX_OPEN {
                 return Ok(-1);
             }
             let Ok(url) = std::str::from_utf8(&url) else {
@@ -336,7 +359,7 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             match state.items.open(&abs) {
                 Some(item) => {
                     state.open.push(item);
-                    Ok(state.open.len() as i32 - 1)
+                    Ok(state.open.len() as i32)
                 }
                 None => Ok(-1),
             }
@@ -362,7 +385,9 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         "item_header",
         |mut c: Caller<'_, RunState>, h: i32, name: i32, len: i32, out: i32, cap: i32| {
             let name = read(&mut c, name, len)?;
-            let Some(value) = item(c.data(), h).and_then(|i| joined(&i.headers, &name)) else {
+            let Some(value) = item(c.data(), h)
+                .and_then(|i| joined(i.headers.iter().map(|(n, v)| (n, v)), &name))
+            else {
                 return Ok(-1);
             };
             give(&mut c, &value, out, cap)
@@ -436,10 +461,10 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         "kv_get",
         |mut c: Caller<'_, RunState>, k: i32, kl: i32, out: i32, cap: i32| {
             let key = read(&mut c, k, kl)?;
-            let state = c.data();
+            let state = c.data_mut();
             let value = match state.kv_writes.get(&key) {
                 Some(pending) => pending.clone(),
-                None => state.kv.lock().get(&key).map(<[u8]>::to_vec),
+                None => state.kv().lock().get(&key).map(<[u8]>::to_vec),
             };
             match value {
                 Some(v) => give(&mut c, &v, out, cap),
@@ -458,7 +483,7 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             let value = read(&mut c, v, vl)?;
             let state = c.data_mut();
             let previous = state.kv_writes.insert(key.clone(), Some(value));
-            if state.kv.lock().bytes_after(&state.kv_writes) > state.kv_max {
+            if state.kv().lock().bytes_after(&state.kv_writes) > state.kv_max {
                 match previous {
                     Some(p) => state.kv_writes.insert(key, p),
                     None => state.kv_writes.remove(&key),

@@ -27,11 +27,14 @@ use wasmtime::{
 use crate::abi::{self, Outcome};
 use crate::config::AppletConfig;
 use crate::host::{self, RunState};
-use crate::state::{KvStore, LogSpool};
+use crate::state::{KvStores, LogSpool};
 use crate::AppletError;
 
 /// How often the engine's epoch advances: the granularity of CPU deadlines.
 pub const TICK: Duration = Duration::from_millis(1);
+
+/// Stored response headers, in order, shared with the cache (no copy per run).
+pub type Headers = Arc<[(HeaderName, HeaderValue)]>;
 
 /// A cached object as an applet sees it.
 #[derive(Clone, Debug)]
@@ -39,7 +42,7 @@ pub struct Item {
     /// Response status.
     pub status: StatusCode,
     /// Stored response headers.
-    pub headers: HeaderMap,
+    pub headers: Headers,
     /// The body.
     pub body: Bytes,
 }
@@ -59,8 +62,9 @@ pub struct Invocation {
     pub url: String,
     /// The document's origin, `http://host[:port]` (the applet's sandbox).
     pub origin: String,
-    /// Request headers as the client sent them (cookies included).
-    pub headers: HeaderMap,
+    /// Request headers as the client sent them (cookies included), shared with the caller
+    /// (who may take them back with [`Arc::try_unwrap`] once the run is over).
+    pub headers: Arc<HeaderMap>,
     /// Client address.
     pub client: IpAddr,
     /// The cached document.
@@ -179,7 +183,7 @@ pub struct Runtime {
     linker: Linker<RunState>,
     config: AppletConfig,
     modules: Mutex<HashMap<[u8; 32], Arc<Applet>>>,
-    kv: Mutex<HashMap<String, Arc<Mutex<KvStore>>>>,
+    kv: Arc<KvStores>,
     /// Log records waiting for delivery.
     pub logs: Arc<LogSpool>,
     /// What runs did.
@@ -208,7 +212,11 @@ impl Runtime {
             .total_tables(config.instances)
             .max_memories_per_module(1)
             .max_tables_per_module(1)
-            .max_memory_size(config.memory as usize);
+            .max_memory_size(config.memory as usize)
+            // A released instance's first MiB of memory is zeroed in place rather than handed
+            // back to the kernel: small applets then cost no system call per run.
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(1 << 16);
         let mut wasm = Config::new();
         wasm.epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
@@ -235,7 +243,7 @@ impl Runtime {
             logs: Arc::new(LogSpool::new(config.log_queue)),
             config,
             modules: Mutex::new(HashMap::new()),
-            kv: Mutex::new(HashMap::new()),
+            kv: Arc::new(KvStores::default()),
             counters: Counters::default(),
             ticker: Some(ticker),
             stop,
@@ -289,17 +297,9 @@ impl Runtime {
         self.modules.lock().len()
     }
 
-    fn kv_of(&self, origin: &str) -> Arc<Mutex<KvStore>> {
-        let mut kv = self.kv.lock();
-        match kv.get(origin) {
-            Some(s) => s.clone(),
-            None => kv.entry(origin.to_owned()).or_default().clone(),
-        }
-    }
-
     /// Bytes one origin's store holds.
     pub fn kv_bytes(&self, origin: &str) -> u64 {
-        self.kv.lock().get(origin).map_or(0, |s| s.lock().bytes())
+        self.kv.bytes(origin)
     }
 
     /// Runs `applet` for one hit. Blocks for at most the CPU budget (plus a tick).
@@ -308,8 +308,7 @@ impl Runtime {
         self.counters.runs.fetch_add(1, Relaxed);
         let budget = self.config.cpu_budget(inv.document.body.len());
         let ticks = budget.as_micros().div_ceil(TICK.as_micros()) as u64 + 1;
-        let kv = self.kv_of(&inv.origin);
-        let state = RunState::new(inv, items, kv.clone(), &self.config);
+        let state = RunState::new(inv, items, self.kv.clone(), &self.config);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(ticks);
@@ -319,7 +318,11 @@ impl Runtime {
                 // A normal completion: its writes and log records are kept, whatever it chose.
                 let state = store.into_data();
                 if !state.kv_writes.is_empty()
-                    && !kv.lock().commit(state.kv_writes, self.config.kv_max)
+                    && !self
+                        .kv
+                        .of(&state.inv.origin)
+                        .lock()
+                        .commit(state.kv_writes, self.config.kv_max)
                 {
                     self.counters.kv_rejected.fetch_add(1, Relaxed);
                 }

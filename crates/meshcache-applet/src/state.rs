@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
@@ -20,6 +21,29 @@ pub const MAX_KEY: usize = 256;
 pub struct KvStore {
     map: HashMap<Vec<u8>, Vec<u8>>,
     bytes: u64,
+}
+
+/// Every origin's store, created on first use.
+#[derive(Debug, Default)]
+pub struct KvStores {
+    stores: Mutex<HashMap<String, Arc<Mutex<KvStore>>>>,
+}
+
+impl KvStores {
+    /// The store of `origin`.
+    pub fn of(&self, origin: &str) -> Arc<Mutex<KvStore>> {
+        let mut stores = self.stores.lock();
+        match stores.get(origin) {
+            Some(s) => s.clone(),
+            None => stores.entry(origin.to_owned()).or_default().clone(),
+        }
+    }
+
+    /// Bytes the store of `origin` holds.
+    pub fn bytes(&self, origin: &str) -> u64 {
+        let store = self.stores.lock().get(origin).cloned();
+        store.map_or(0, |s| s.lock().bytes())
+    }
 }
 
 /// A run's pending writes: `Some(value)` to set, `None` to delete.

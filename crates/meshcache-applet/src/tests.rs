@@ -23,7 +23,7 @@ impl Items for OneItem {
     fn open(&self, url: &str) -> Option<Item> {
         (url == "http://o.test/part").then(|| Item {
             status: StatusCode::OK,
-            headers: HeaderMap::new(),
+            headers: Arc::from(Vec::new()),
             body: Bytes::from_static(b"PART"),
         })
     }
@@ -36,11 +36,11 @@ fn inv(body: &'static [u8]) -> Invocation {
         method: Method::GET,
         url: "http://o.test/doc".into(),
         origin: "http://o.test".into(),
-        headers,
+        headers: Arc::new(headers),
         client: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)),
         document: Item {
             status: StatusCode::OK,
-            headers: HeaderMap::new(),
+            headers: Arc::from(Vec::new()),
             body: Bytes::from_static(body),
         },
         log_to: Arc::from("http://o.test/log"),

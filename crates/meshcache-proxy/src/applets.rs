@@ -281,7 +281,7 @@ pub(crate) fn admit(shared: &Shared, url: &str, headers: &HeaderMap) -> bool {
 /// headers (for `Vary`).
 struct CacheItems {
     shared: Arc<Shared>,
-    request: HeaderMap,
+    request: Arc<HeaderMap>,
 }
 
 impl Items for CacheItems {
@@ -295,7 +295,7 @@ impl Items for CacheItems {
         {
             Usability::Fresh | Usability::StaleAllowed => Some(Item {
                 status: o.status,
-                headers: o.header_map(),
+                headers: o.headers.clone(),
                 body: o.body.clone(),
             }),
             _ => None,
@@ -303,10 +303,11 @@ impl Items for CacheItems {
     }
 }
 
-/// Runs the applet of a stored document, if it has one, for this hit.
+/// Runs the applet of a stored document, if it has one, for this hit. The request's headers
+/// are lent to the run and put back.
 pub(crate) async fn on_hit(
     shared: &Arc<Shared>,
-    req: &request::Parts,
+    req: &mut request::Parts,
     url: &str,
     client: IpAddr,
     object: &CachedObject,
@@ -333,24 +334,28 @@ pub(crate) async fn on_hit(
             }
         },
     };
+    let headers = Arc::new(std::mem::take(&mut req.headers));
     let invocation = Invocation {
         method: req.method.clone(),
         url: url.to_owned(),
         origin,
-        headers: req.headers.clone(),
+        headers: headers.clone(),
         client,
         document: Item {
             status: object.status,
-            headers: object.header_map(),
+            headers: object.headers.clone(),
             body: object.body.clone(),
         },
         log_to: Arc::from(log_to),
     };
     let items = Arc::new(CacheItems {
         shared: shared.clone(),
-        request: req.headers.clone(),
+        request: headers.clone(),
     });
-    match active.runtime.run(&applet, invocation, items) {
+    let verdict = active.runtime.run(&applet, invocation, items);
+    // The run's store is gone with its clones: the headers come back without a copy.
+    req.headers = Arc::try_unwrap(headers).unwrap_or_else(|h| (*h).clone());
+    match verdict {
         Verdict::Cached => Gate::Serve,
         Verdict::Built(b) => Gate::Built(b),
         Verdict::Origin(reason) => {

@@ -32,8 +32,9 @@ const MAX_VARIANTS: usize = 32;
 pub struct CachedObject {
     /// Response status.
     pub status: StatusCode,
-    /// End-to-end response headers, in order (hop-by-hop ones already removed).
-    pub headers: Box<[(HeaderName, HeaderValue)]>,
+    /// End-to-end response headers, in order (hop-by-hop ones already removed); shared, so
+    /// an applet run can see them without a copy.
+    pub headers: Arc<[(HeaderName, HeaderValue)]>,
     /// The body.
     pub body: Bytes,
     /// Freshness facts.

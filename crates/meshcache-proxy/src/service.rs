@@ -359,7 +359,7 @@ async fn cached(
 async fn serve_hit(
     shared: &Arc<Shared>,
     txn: Transaction,
-    parts: request::Parts,
+    mut parts: request::Parts,
     target: Target,
     object: &CachedObject,
     code: ResultCode,
@@ -369,7 +369,7 @@ async fn serve_hit(
     if shared.applets.is_none() {
         return serve_stored(shared, txn, &parts, object, code, now, status_detail);
     }
-    match applets::on_hit(shared, &parts, &target.url, txn.client(), object).await {
+    match applets::on_hit(shared, &mut parts, &target.url, txn.client(), object).await {
         Gate::Serve => serve_stored(shared, txn, &parts, object, code, now, status_detail),
         Gate::Built(built) => serve_built(shared, txn, &parts, built, code),
         Gate::Origin(why) => {

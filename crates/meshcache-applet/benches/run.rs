@@ -1,0 +1,66 @@
+//! The cost of one applet run, by applet and document size: instantiation from the pool, the
+//! call, the host functions, the outcome. `cargo bench -p meshcache-applet`.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use meshcache_applet::{AppletConfig, Invocation, Item, Items, Runtime};
+
+struct NoItems;
+impl Items for NoItems {
+    fn open(&self, _url: &str) -> Option<Item> {
+        None
+    }
+}
+
+fn module(name: &str) -> Vec<u8> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../applets/{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn invocation(body: Bytes) -> Invocation {
+    let mut headers = HeaderMap::new();
+    headers.insert("host", HeaderValue::from_static("o.test"));
+    headers.insert("cookie", HeaderValue::from_static("client-id=c1"));
+    Invocation {
+        method: Method::GET,
+        url: "http://o.test/doc".into(),
+        origin: "http://o.test".into(),
+        headers: Arc::new(headers),
+        client: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        document: Item {
+            status: StatusCode::OK,
+            headers: Arc::from(vec![(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html"),
+            )]),
+            body,
+        },
+        log_to: Arc::from("http://o.test/log"),
+    }
+}
+
+fn runs(c: &mut Criterion) {
+    let rt = Runtime::new(AppletConfig::default()).expect("runtime");
+    let items: Arc<dyn Items> = Arc::new(NoItems);
+    let mut group = c.benchmark_group("run");
+    for name in ["null", "log", "ssi"] {
+        let applet = rt.compile(&module(name)).expect("compiles");
+        for size in [500usize, 5_000, 50_000] {
+            let mut body = b"<p><!--#echo var=\"DATE_GMT\" --></p>".to_vec();
+            body.resize(size, b'x');
+            let body = Bytes::from(body);
+            group.bench_with_input(BenchmarkId::new(name, size), &body, |b, body| {
+                b.iter(|| rt.run(&applet, invocation(body.clone()), items.clone()))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, runs);
+criterion_main!(benches);

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Active Cache applet overhead: the Active Cache paper's Table 1, redone.
+
+Response time of cache hits with each example applet (null, log, ads, apc, ssi, csid) against
+the same hits without an applet, at 1, 10 and 20 clients, over the WebStone 2.0 file mix
+(filelist.standard: 500 B 35 %, 5 KB 50 %, 50 KB 14 %, 500 KB 0.9 %, 5 MB 0.1 %). One meshcache
+process serves every variant (each under its own URL prefix, the applet bound with
+[[applets.bind]], as the paper associates every document with the same applet), so the runs
+differ only in the applet. Following shared/BENCHMARKING.md: meshcache and the origin pinned to
+core 1, wrk to core 0; runs interleaved (every variant once per round and client count); a fresh
+network namespace when the machine allows it; the hits proven by meshcache's miss counter
+staying put during each run; every applet run proven by its counters (no run may end at the
+origin).
+
+Usage: scripts/bench-applets.py [--duration S] [--rounds N] [--clients 1,10,20]
+                                [--applets none,null,log,ads,apc,ssi,csid] [--out DIR]
+                                [--bin PATH] [--no-build] [--no-netns] [--port-base N]
+Defaults take about 7 minutes. Output: a Markdown table on stdout and in OUT/results.md; raw
+runs in OUT/raw.csv; OUT/results.json with the config, seed and revision.
+"""
+
+import argparse
+import base64
+import csv
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+# WebStone 2.0 filelist.standard: (bytes, weight per 1000 requests).
+WEBSTONE = [(500, 350), (5000, 500), (50000, 140), (500000, 9), (5000000, 1)]
+APPLETS = ["none", "null", "log", "ads", "apc", "ssi", "csid"]
+# The paper's targets (issue text): ratio of mean response time with the applet to without.
+TARGETS = {"null": 1.05, "log": 1.3, "apc": 1.3, "csid": 1.3, "ads": 1.5, "ssi": 1.5}
+SEED = 20261124
+TAG = "bench-applets"
+
+
+def log(msg):
+    print(f"{TAG}: {msg}", file=sys.stderr, flush=True)
+
+
+def die(msg):
+    log(msg)
+    sys.exit(1)
+
+
+def ensure_tools():
+    missing = [p for c, p in [("wrk", "wrk"), ("taskset", "util-linux"), ("ip", "iproute2")]
+               if shutil.which(c) is None]
+    if missing:
+        log(f"installing {' '.join(missing)}")
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
+                       check=True, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        log("installing cryptography (for the apc applet's signed cookie)")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "cryptography"], check=True)
+
+
+def revision():
+    rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return rev + (f" + uncommitted changes in {len(dirty.splitlines())} files" if dirty else "")
+
+
+def b64url(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.work = Path(tempfile.mkdtemp(prefix="bench-applets."))
+        self.procs = []
+        self.origin_port = args.port_base
+        self.proxy_port = args.port_base + 1
+        self.admin_port = args.port_base + 2
+        self.origin = f"http://127.0.0.1:{self.origin_port}"
+
+    # ------------------------------------------------------------------ setup
+    def documents(self):
+        """Per variant: the requests (url, weight, headers, expected size) and URLs to warm."""
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+        from cryptography.hazmat.primitives import serialization
+
+        key = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+        public = key.public_key().public_bytes(serialization.Encoding.Raw,
+                                               serialization.PublicFormat.Raw).hex()
+        payload = f"{self.origin}/apc/|{int(time.time()) + 86400}".encode()
+        apc_cookie = f"apc={b64url(payload)}.{b64url(key.sign(payload))}"
+        spec_text = "".join(f"/banners/{i}.gif\n" for i in range(1, 6))
+        spec_url = "/ads/spec?text=" + urllib.parse.quote(spec_text, safe="")
+        q = urllib.parse.quote
+        variants = {}
+        for name in self.args.applets:
+            reqs, warm = [], []
+            for size, weight in WEBSTONE:
+                base = f"size={size}&cc=max-age=86400&ct=text/html"
+                headers = {}
+                if name == "ads":
+                    base += "&text=" + q("<html><!--#ad-->", safe="")
+                    base += "&hdr=" + q("ad-spec:" + spec_url, safe="")
+                elif name == "ssi":
+                    base += "&text=" + q('<html><p><!--#echo var="DATE_GMT" --></p>', safe="")
+                elif name == "apc":
+                    base += "&hdr=" + q("apc-key:" + public, safe="")
+                    headers["Cookie"] = apc_cookie
+                if name == "csid":
+                    item = f"{self.origin}/csid/item{size}?{base}"
+                    plan = f"*: /csid/item{size}?{base}\n"
+                    url = f"{self.origin}/csid/f{size}?cc=max-age=86400&ct=text/html&text=" + q(plan, safe="")
+                    headers["Cookie"] = "client-id=webstone"
+                    warm.append((item, {}, size))
+                else:
+                    url = f"{self.origin}/{name}/f{size}?{base}"
+                reqs.append((url, weight, headers, size))
+            if name == "ads":
+                warm.append((self.origin + spec_url, {}, None))
+            variants[name] = (reqs, warm)
+        return variants
+
+    def config(self):
+        binds = "".join(
+            f'\n[[applets.bind]]\nurls = "{self.origin}/{a}/*"\nmodule = "{REPO}/applets/{a}.wasm"\n'
+            for a in self.args.applets if a != "none")
+        return f"""# meshcache config for scripts/bench-applets.py
+name = "bench"
+
+[http]
+listen = ["127.0.0.1:{self.proxy_port}"]
+
+[admin]
+listen = "127.0.0.1:{self.admin_port}"
+
+[store]
+memory = "512 MiB"
+max_object_size = "8 MiB"
+
+[log]
+access = "{self.work}/access.log"
+
+[applets]
+# The log applet's records go to the origin every second (the origin emulator answers POSTs).
+log_interval = "1s"
+{binds}"""
+
+    def start(self, name, cmd, port):
+        out = open(self.work / f"{name}.log", "w")
+        env = {**os.environ, "TOKIO_WORKER_THREADS": "1", "MESHCACHE_LOG": "warn"}
+        p = subprocess.Popen(["taskset", "-c", "1", *cmd], stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.procs.append(p)
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                if p.poll() is not None:
+                    die(f"{name} exited at startup: {(self.work / f'{name}.log').read_text()[-2000:]}")
+                time.sleep(0.1)
+        else:
+            die(f"{name} did not listen on {port}")
+        log(f"{name} running (pid {p.pid}, 127.0.0.1:{port})")
+        return p
+
+    def fetch(self, url, headers=None):
+        proxy = urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{self.proxy_port}"})
+        opener = urllib.request.build_opener(proxy)
+        req = urllib.request.Request(url, headers=headers or {})
+        with opener.open(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+
+    def stats(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5) as r:
+            return json.load(r)
+
+    def misses(self):
+        s = self.stats()["requests_by_result"]
+        return sum(n for code, n in s.items() if "MISS" in code)
+
+    # ------------------------------------------------------------------ runs
+    def lua(self, name, reqs):
+        """A wrk script issuing this variant's requests in WebStone proportions."""
+        host = f"127.0.0.1:{self.origin_port}"
+        entries = []
+        for url, weight, headers, _ in reqs:
+            h = {"Host": host, **headers}
+            hl = ", ".join(f'["{k}"] = "{v}"' for k, v in h.items())
+            entries.append(f'  {{ {weight}, wrk.format("GET", "{url}", {{ {hl} }}) }}')
+        path = self.work / f"{name}.lua"
+        path.write_text(f"""-- generated by scripts/bench-applets.py: WebStone 2.0 mix for variant {name}
+local mix = {{
+{(','+chr(10)).join(entries)}
+}}
+local total = 0
+for _, e in ipairs(mix) do total = total + e[1] end
+local seed = {SEED}
+function init(args) math.randomseed(seed) end
+function request()
+  local r = math.random(total)
+  for _, e in ipairs(mix) do
+    r = r - e[1]
+    if r <= 0 then return e[2] end
+  end
+  return mix[1][2]
+end
+function done(summary, latency, requests)
+  io.write(string.format("RESULT %d %d %.3f %.3f %.3f %d\\n", summary.requests, summary.duration,
+    latency.mean, latency:percentile(50), latency:percentile(99),
+    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
+""")
+        return path
+
+    def run_one(self, name, clients, script, rnd):
+        before = self.stats()
+        a0 = before.get("applets", {})
+        m0 = self.misses()
+        cmd = ["taskset", "-c", "0", "wrk", "-t1", f"-c{clients}", f"-d{self.args.duration}s",
+               "-s", str(script), f"http://127.0.0.1:{self.proxy_port}"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=self.args.duration + 60)
+        line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
+        if out.returncode != 0 or line is None:
+            die(f"wrk failed for {name}: {out.stdout}{out.stderr}")
+        _, reqs, dur_us, mean, p50, p99, errors = line.split()
+        m1 = self.misses()
+        after = self.stats().get("applets", {})
+        if m1 != m0:
+            die(f"{name}: {m1 - m0} misses during a hit run")
+        if int(errors):
+            die(f"{name}: wrk saw {errors} errors")
+        runs = after.get("runs", 0) - a0.get("runs", 0)
+        failed = sum(after.get(k, 0) - a0.get(k, 0) for k in
+                     ["asked_origin", "traps", "timeouts", "memory_overruns", "output_overruns",
+                      "invalid_results", "instantiate_failures"])
+        if name != "none" and (runs < int(reqs) or failed):
+            die(f"{name}: {runs} applet runs for {reqs} requests, {failed} ended at the origin")
+        row = dict(applet=name, clients=clients, round=rnd, requests=int(reqs),
+                   seconds=int(dur_us) / 1e6, mean_ms=float(mean) / 1000,
+                   p50_ms=float(p50) / 1000, p99_ms=float(p99) / 1000, applet_runs=runs)
+        log(f"  round {rnd} {clients:>2} clients {name:<5} {row['requests'] / row['seconds']:9.0f} req/s"
+            f"  mean {row['mean_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms")
+        return row
+
+    def main(self):
+        args = self.args
+        variants = self.documents()
+        (self.work / "meshcache.toml").write_text(self.config())
+        self.start("origin", [str(args.bin), "lab", "origin", "--listen", f"127.0.0.1:{self.origin_port}"],
+                   self.origin_port)
+        self.start("meshcache", [str(args.bin), "run", "-c", str(self.work / "meshcache.toml")], self.proxy_port)
+        scripts = {}
+        for name, (reqs, warm) in variants.items():
+            for url, headers, size in warm:
+                self.fetch(url, headers)
+            for url, _, headers, size in reqs:
+                self.fetch(url, headers)  # the miss
+                status, h, body = self.fetch(url, headers)
+                if status != 200 or "HIT" not in h.get("X-Cache", "") or len(body) < size:
+                    die(f"{name}: {url} not served as a {size}-byte hit: {status} {h}")
+            scripts[name] = self.lua(name, reqs)
+            log(f"{name}: {len(reqs)} documents cached")
+        rows = []
+        for rnd in range(1, args.rounds + 1):
+            for clients in args.clients:
+                for name in args.applets:
+                    rows.append(self.run_one(name, clients, scripts[name], rnd))
+        return rows
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def report(args, rows, out):
+    by = {}
+    for r in rows:
+        by.setdefault((r["applet"], r["clients"]), []).append(r)
+    med = {k: statistics.median(x["mean_ms"] for x in v) for k, v in by.items()}
+    lines = [
+        "| applet | " + " | ".join(f"{c} client{'s' if c > 1 else ''}" for c in args.clients) + " | target |",
+        "| --- |" + " --- |" * len(args.clients) + " --- |",
+    ]
+    verdicts = {}
+    for a in args.applets:
+        cells = []
+        for c in args.clients:
+            m = med[(a, c)]
+            if a == "none":
+                cells.append(f"{m:.3f} ms")
+            else:
+                ratios = [x["mean_ms"] / y["mean_ms"] for x, y in zip(
+                    sorted(by[(a, c)], key=lambda r: r["round"]), sorted(by[("none", c)], key=lambda r: r["round"]))]
+                ratio = statistics.median(ratios)
+                verdicts.setdefault(a, []).append(ratio)
+                cells.append(f"{ratio:.3f} ({m:.3f} ms)")
+        target = TARGETS.get(a)
+        ok = "" if a == "none" else ("met" if max(verdicts[a]) <= target else "NOT met")
+        lines.append(f"| {a} | " + " | ".join(cells) + f" | {'' if target is None else f'≤ {target} {ok}'} |")
+    table = "\n".join(lines)
+    header = (f"Applet overhead, WebStone mix, {args.rounds} rounds × {args.duration} s per cell; "
+              f"cells: median over rounds of the paired ratio of mean response time to `none` "
+              f"(the same hits with no applet), and the applet's median mean response time.\n"
+              f"Revision {revision()}; binary {args.bin}.\n")
+    (out / "results.md").write_text(header + "\n" + table + "\n")
+    with open(out / "raw.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    (out / "results.json").write_text(json.dumps({
+        "revision": revision(), "seed": SEED, "webstone_mix": WEBSTONE,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "ratios": {a: dict(zip(map(str, args.clients), v)) for a, v in verdicts.items()},
+        "rows": rows}, indent=2))
+    print(header)
+    print(table)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--duration", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--clients", default="1,10,20")
+    p.add_argument("--applets", default=",".join(APPLETS))
+    p.add_argument("--out", type=Path)
+    p.add_argument("--bin", type=Path)
+    p.add_argument("--no-build", action="store_true")
+    p.add_argument("--no-netns", action="store_true")
+    p.add_argument("--port-base", type=int, default=18280)
+    args = p.parse_args()
+    args.clients = [int(c) for c in args.clients.split(",")]
+    args.applets = args.applets.split(",")
+    if "none" not in args.applets:
+        args.applets.insert(0, "none")
+    for a in args.applets:
+        if a not in APPLETS:
+            die(f"--applets: unknown applet {a}")
+    if not 1 <= args.duration <= 120 or not 1 <= args.rounds <= 20:
+        die("--duration 1..120, --rounds 1..20")
+    if os.environ.get("BENCH_APPLETS_IN_NETNS") is None:
+        ensure_tools()
+        if not args.no_build and args.bin is None:
+            log("cargo build --release -p meshcache")
+            subprocess.run(["cargo", "build", "--release", "-p", "meshcache"], cwd=REPO, check=True)
+        if args.bin is None:
+            args.bin = REPO / "target/release/meshcache"
+        if not args.no_netns and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+            os.environ["BENCH_APPLETS_IN_NETNS"] = "1"
+            argv = [a for a in sys.argv[1:] if a != "--no-build"] + ["--no-build", "--bin", str(args.bin)]
+            os.execvp("unshare", ["unshare", "-n", "--", sys.executable, __file__, *argv])
+        log("running in the host's network namespace")
+    else:
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    args.bin = Path(args.bin or REPO / "target/release/meshcache").resolve()
+    out = args.out or REPO / "target/bench-applets" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args)
+    try:
+        rows = bench.main()
+    finally:
+        bench.stop()
+        shutil.copy(bench.work / "meshcache.toml", out / "meshcache.toml")
+        for f in ["meshcache.log", "origin.log"]:
+            if (bench.work / f).exists():
+                shutil.copy(bench.work / f, out / f)
+        shutil.rmtree(bench.work, ignore_errors=True)
+    report(args, rows, out)
+
+
+if __name__ == "__main__":
+    main()
