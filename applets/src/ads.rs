@@ -27,8 +27,7 @@ const COUNTER_KEY: &str = "ads:next";
 
 #[no_mangle]
 pub extern "C" fn run() -> i32 {
-    let doc = guest::read_all(guest::DOCUMENT);
-    let markers = marker_offsets(&doc);
+    let markers = marker_offsets();
     if markers.is_empty() {
         return guest::CACHED;
     }
@@ -57,11 +56,12 @@ pub extern "C" fn run() -> i32 {
     guest::BUILT
 }
 
-/// Offsets of the markers in the document, in order, not overlapping.
-fn marker_offsets(doc: &[u8]) -> Vec<usize> {
+/// Offsets of the markers in the document, in order, not overlapping (searched by the host:
+/// the document is not copied into the applet).
+fn marker_offsets() -> Vec<usize> {
     let mut found = Vec::new();
     let mut from = 0;
-    while let Some(at) = guest::find(doc, MARKER, from) {
+    while let Some(at) = guest::find_in(guest::DOCUMENT, from, MARKER) {
         found.push(at);
         from = at + MARKER.len();
     }

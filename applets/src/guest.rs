@@ -12,6 +12,7 @@ extern "C" {
     fn item_len(handle: i32) -> i32;
     fn item_read(handle: i32, offset: i32, out: *mut u8, cap: i32) -> i32;
     fn item_header(handle: i32, name: *const u8, name_len: i32, out: *mut u8, cap: i32) -> i32;
+    fn item_find(handle: i32, from: i32, needle: *const u8, needle_len: i32) -> i32;
     fn set_status(code: i32) -> i32;
     fn add_header(name: *const u8, name_len: i32, value: *const u8, value_len: i32) -> i32;
     fn write(ptr: *const u8, len: i32) -> i32;
@@ -23,6 +24,88 @@ extern "C" {
     fn ed25519_verify(public_key: *const u8, signature: *const u8, msg: *const u8, msg_len: i32)
         -> i32;
 }
+
+/// A bump allocator over the instance's own memory. Every run gets a fresh instance, so
+/// nothing needs freeing: allocation is a pointer increment, the last block can grow or shrink
+/// in place (a `Vec` or `String` being built), and memory grows only when the free part of the
+/// initial memory is used up. (The standard allocator asks the host for new pages on its first
+/// allocation, which costs the host a page-protection change per run.)
+mod bump {
+    use std::alloc::{GlobalAlloc, Layout};
+    use std::ptr::null_mut;
+
+    extern "C" {
+        static __heap_base: u8;
+    }
+
+    pub struct Bump;
+
+    static mut NEXT: usize = 0;
+    static mut END: usize = 0;
+
+    const PAGE: usize = 65536;
+
+    unsafe fn reserve(end: usize) -> bool {
+        if NEXT == 0 {
+            NEXT = &__heap_base as *const u8 as usize;
+            END = core::arch::wasm32::memory_size(0) * PAGE;
+        }
+        if end > END {
+            let pages = (end - END + PAGE - 1) / PAGE;
+            if core::arch::wasm32::memory_grow(0, pages) == usize::MAX {
+                return false;
+            }
+            END += pages * PAGE;
+        }
+        true
+    }
+
+    unsafe impl GlobalAlloc for Bump {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            if NEXT == 0 && !reserve(0) {
+                return null_mut();
+            }
+            let start = (NEXT + layout.align() - 1) & !(layout.align() - 1);
+            let end = match start.checked_add(layout.size()) {
+                Some(end) => end,
+                None => return null_mut(),
+            };
+            if !reserve(end) {
+                return null_mut();
+            }
+            NEXT = end;
+            start as *mut u8
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            if ptr as usize + layout.size() == NEXT {
+                NEXT = ptr as usize;
+            }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let start = ptr as usize;
+            if start + layout.size() == NEXT {
+                // The last block: grow or shrink it where it is.
+                match start.checked_add(new_size) {
+                    Some(end) if reserve(end) => {
+                        NEXT = end;
+                        return ptr;
+                    }
+                    _ => return null_mut(),
+                }
+            }
+            let new = self.alloc(Layout::from_size_align_unchecked(new_size, layout.align()));
+            if !new.is_null() {
+                core::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+            }
+            new
+        }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: bump::Bump = bump::Bump;
 
 /// What `run` returns.
 pub const CACHED: i32 = 0;
@@ -109,6 +192,21 @@ pub fn read_all(handle: i32) -> Vec<u8> {
     buf
 }
 
+/// Where `needle` first occurs in an open object's body at or after `from` (searched by the
+/// host, in place).
+pub fn find_in(handle: i32, from: usize, needle: &[u8]) -> Option<usize> {
+    let at = unsafe { item_find(handle, from as i32, needle.as_ptr(), needle.len() as i32) };
+    (at >= 0).then(|| at as usize)
+}
+
+/// Up to `len` bytes of an open object's body from `offset` (fewer at its end).
+pub fn read_at(handle: i32, offset: usize, len: usize) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(len);
+    let got = unsafe { item_read(handle, offset as i32, buf.as_mut_ptr(), len as i32) };
+    unsafe { buf.set_len(got.max(0) as usize) };
+    buf
+}
+
 /// A stored response header of an open object.
 pub fn item_header_value(handle: i32, name: &str) -> Option<String> {
     fetch(|p, c| unsafe { item_header(handle, name.as_ptr(), name.len() as i32, p, c) })
@@ -165,15 +263,6 @@ pub fn verify(public_key: &[u8; 32], signature: &[u8; 64], msg: &[u8]) -> bool {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers shared by several applets.
-
-/// Where `needle` next occurs in `haystack` at or after `from`.
-pub fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    if needle.is_empty() || from > haystack.len() {
-        return None;
-    }
-    haystack[from..].windows(needle.len()).position(|w| w == needle).map(|i| from + i)
-}
-
 /// The cached document's status code (200 if the host's text does not parse).
 pub fn document_status() -> u16 {
     get_input_string(STATUS).trim().parse().unwrap_or(200)

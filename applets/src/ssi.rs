@@ -11,7 +11,9 @@
 //! - anything else: `(none)`.
 //!
 //! Values are entity-encoded as Apache's `echo` does by default. Text that starts like a
-//! directive but does not parse (for instance, with no closing `-->`) is left as it is.
+//! directive but does not parse within 512 bytes (for instance, with no closing `-->`) is left
+//! as it is. The host finds the directives (`item_find`): the document is never copied into
+//! the applet, so its cost hardly grows with the document's size.
 //!
 //! A document without directives is served from the cache. Otherwise the applet builds the
 //! response: the document's status and `content-type`, and the document's body with the
@@ -22,6 +24,8 @@ mod guest;
 
 const OPEN: &[u8] = b"<!--#echo";
 const CLOSE: &[u8] = b"-->";
+/// The longest directive parsed.
+const WINDOW: usize = 512;
 
 /// One directive found in the document: its byte range and the variable it names.
 struct Directive {
@@ -32,8 +36,7 @@ struct Directive {
 
 #[no_mangle]
 pub extern "C" fn run() -> i32 {
-    let doc = guest::read_all(guest::DOCUMENT);
-    let directives = find_directives(&doc);
+    let directives = find_directives();
     if directives.is_empty() {
         return guest::CACHED;
     }
@@ -45,23 +48,28 @@ pub extern "C" fn run() -> i32 {
 }
 
 /// All well-formed directives of the document, in order.
-fn find_directives(doc: &[u8]) -> Vec<Directive> {
+/// The directives of the document, in order. The host finds each `<!--#echo`; only a window
+/// of [`WINDOW`] bytes from there is read to parse it (a longer directive is left as it is).
+fn find_directives() -> Vec<Directive> {
     let mut found = Vec::new();
     let mut from = 0;
-    while let Some(start) = guest::find(doc, OPEN, from) {
-        match parse_directive(doc, start) {
-            Some(directive) => {
-                from = directive.end;
-                found.push(directive);
+    while let Some(start) = guest::find_in(guest::DOCUMENT, from, OPEN) {
+        let window = guest::read_at(guest::DOCUMENT, start, WINDOW);
+        match parse_directive(&window, 0) {
+            Some(d) => {
+                from = start + d.end;
+                found.push(Directive {
+                    start,
+                    end: start + d.end,
+                    name: d.name,
+                });
             }
-            // Not a directive after all: look again just past this opening.
             None => from = start + OPEN.len(),
         }
     }
     found
 }
 
-/// Parses `<!--#echo ws* var ws* = ws* "NAME" ws* -->` starting at `start`.
 fn parse_directive(doc: &[u8], start: usize) -> Option<Directive> {
     let mut at = skip_space(doc, start + OPEN.len());
     at = expect(doc, at, b"var")?;

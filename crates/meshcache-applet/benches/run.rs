@@ -1,5 +1,8 @@
 //! The cost of one applet run, by applet and document size: instantiation from the pool, the
 //! call, the host functions, the outcome. `cargo bench -p meshcache-applet`.
+//!
+//! (criterion_group! generates an undocumented public function.)
+#![allow(missing_docs)]
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;

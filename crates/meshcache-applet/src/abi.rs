@@ -20,6 +20,7 @@
 //! | `item_len` | `(handle) -> len \| -1` | body length |
 //! | `item_read` | `(handle, offset, out, cap) -> n \| -1` | copies body bytes from `offset`; returns the count copied |
 //! | `item_header` | `(handle, name, name_len, out, cap) -> len \| -1` | a stored response header |
+//! | `item_find` | `(handle, from, needle, needle_len) -> offset \| -1` | first occurrence of a byte string in a body at or after `from`, searched in place |
 //! | `set_status` | `(code) -> 0 \| -1` | status of the built response (200–599; default 200) |
 //! | `add_header` | `(name, name_len, value, value_len) -> 0 \| -1` | a header of the built response |
 //! | `write` | `(ptr, len) -> 0 \| -1` | appends bytes to the built body |
@@ -115,6 +116,7 @@ pub const IMPORTS: &[&str] = &[
     "item_len",
     "item_read",
     "item_header",
+    "item_find",
     "set_status",
     "add_header",
     "write",

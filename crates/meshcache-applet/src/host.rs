@@ -114,6 +114,7 @@ pub(crate) struct RunState {
     pub inv: Invocation,
     items: Arc<dyn Items>,
     kv_stores: Arc<KvStores>,
+    verified: Arc<VerifyMemo>,
     /// The origin's store, looked up on the run's first store access.
     kv: Option<Arc<Mutex<KvStore>>>,
     pub limiter: Limiter,
@@ -134,12 +135,14 @@ impl RunState {
         inv: Invocation,
         items: Arc<dyn Items>,
         kv_stores: Arc<KvStores>,
+        verified: Arc<VerifyMemo>,
         config: &AppletConfig,
     ) -> Self {
         RunState {
             inv,
             items,
             kv_stores,
+            verified,
             kv: None,
             limiter: Limiter {
                 memory_max: config.memory as usize,
@@ -393,6 +396,23 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             give(&mut c, &value, out, cap)
         },
     )?;
+    linker.func_wrap(
+        m,
+        "item_find",
+        |mut c: Caller<'_, RunState>, h: i32, from: i32, needle: i32, len: i32| {
+            let needle = read(&mut c, needle, len)?;
+            let Some(body) = item(c.data(), h).map(|i| i.body.clone()) else {
+                return Ok(-1);
+            };
+            let from = from.max(0) as usize;
+            if needle.is_empty() || from > body.len() {
+                return Ok(-1);
+            }
+            Ok(memchr::memmem::find(&body[from..], &needle)
+                .and_then(|at| i32::try_from(from + at).ok())
+                .unwrap_or(-1))
+        },
+    )?;
     linker.func_wrap(m, "set_status", |mut c: Caller<'_, RunState>, code: i32| {
         let code = u16::try_from(code).ok().filter(|c| (200..=599).contains(c));
         match code.and_then(|s| StatusCode::from_u16(s).ok()) {
@@ -523,10 +543,44 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             let pk = read(&mut c, pk, 32)?;
             let sig = read(&mut c, sig, 64)?;
             let msg = read(&mut c, msg, len)?;
-            Ok(i32::from(verify(&pk, &sig, &msg)))
+            Ok(i32::from(c.data().verified.verify(&pk, &sig, &msg)))
         },
     )?;
     Ok(())
+}
+
+/// Results of recent signature checks. A check is a pure function of (key, signature,
+/// message), so a remembered result is exact; it saves the ~50 µs of curve arithmetic when the
+/// same token comes back on every request of a session. Keyed by SHA-256 of the three inputs;
+/// bounded (emptied when full).
+#[derive(Debug, Default)]
+pub(crate) struct VerifyMemo {
+    results: Mutex<std::collections::HashMap<[u8; 32], bool>>,
+}
+
+/// The most results remembered.
+const VERIFY_MEMO: usize = 4096;
+
+impl VerifyMemo {
+    pub fn verify(&self, public_key: &[u8], signature: &[u8], msg: &[u8]) -> bool {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(public_key);
+        h.update(signature);
+        h.update((msg.len() as u64).to_le_bytes());
+        h.update(msg);
+        let key: [u8; 32] = h.finalize().into();
+        if let Some(ok) = self.results.lock().get(&key) {
+            return *ok;
+        }
+        let ok = verify(public_key, signature, msg);
+        let mut results = self.results.lock();
+        if results.len() >= VERIFY_MEMO {
+            results.clear();
+        }
+        results.insert(key, ok);
+        ok
+    }
 }
 
 /// Ed25519 (RFC 8032) verification, strict (rejects non-canonical and small-order keys).

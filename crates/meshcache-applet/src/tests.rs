@@ -279,6 +279,13 @@ fn signatures_are_checked_for_real() {
     let mut bad = sig;
     bad[3] ^= 1;
     assert!(!crate::host::verify(&pk, &bad, b"msg"));
+    // Remembered results are the same results, asked in any order.
+    let memo = crate::host::VerifyMemo::default();
+    for _ in 0..2 {
+        assert!(memo.verify(&pk, &sig, b"msg"));
+        assert!(!memo.verify(&pk, &sig, b"msh"));
+        assert!(!memo.verify(&pk, &bad, b"msg"));
+    }
 }
 
 #[test]
