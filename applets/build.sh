@@ -70,7 +70,7 @@ for src in src/*.rs; do
     [[ "$name" == guest ]] && continue
     "$rustc" --edition 2021 --target "$target" --crate-type cdylib \
         -C opt-level=s -C panic=abort -C lto -C strip=symbols -C codegen-units=1 \
-        -C link-arg=-zstack-size=65536 -C link-arg=--initial-memory=1048576 \
+        -C link-arg=-zstack-size=16384 -C link-arg=--initial-memory=262144 -C link-arg=--max-memory=4294967296 \
         "$src" -o "$out/$name.wasm"
     # Replace the old module only once the new one is complete.
     chmod 644 "$out/$name.wasm"

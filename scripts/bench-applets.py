@@ -103,7 +103,7 @@ class Bench:
         payload = f"{self.origin}/apc/|{int(time.time()) + 86400}".encode()
         apc_cookie = f"apc={b64url(payload)}.{b64url(key.sign(payload))}"
         spec_text = "".join(f"/banners/{i}.gif\n" for i in range(1, 6))
-        spec_url = "/ads/spec?text=" + urllib.parse.quote(spec_text, safe="")
+        spec_url = "/ads/spec?cc=max-age=86400&text=" + urllib.parse.quote(spec_text, safe="")
         q = urllib.parse.quote
         variants = {}
         for name in self.args.applets:
@@ -183,7 +183,7 @@ log_interval = "1s"
         opener = urllib.request.build_opener(proxy)
         req = urllib.request.Request(url, headers=headers or {})
         with opener.open(req, timeout=10) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
 
     def stats(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5) as r:
@@ -271,7 +271,7 @@ end
             for url, _, headers, size in reqs:
                 self.fetch(url, headers)  # the miss
                 status, h, body = self.fetch(url, headers)
-                if status != 200 or "HIT" not in h.get("X-Cache", "") or len(body) < size:
+                if status != 200 or "HIT" not in h.get("x-cache", "") or len(body) < size:
                     die(f"{name}: {url} not served as a {size}-byte hit: {status} {h}")
             scripts[name] = self.lua(name, reqs)
             log(f"{name}: {len(reqs)} documents cached")

@@ -30,6 +30,7 @@ use crate::host::{self, RunState, VerifyMemo};
 use crate::state::{KvStores, LogSpool};
 use crate::AppletError;
 
+const KEEP: usize = 32 << 10;
 /// How often the engine's epoch advances: the granularity of CPU deadlines.
 pub const TICK: Duration = Duration::from_millis(1);
 
@@ -61,7 +62,7 @@ pub struct Invocation {
     /// Absolute request URL.
     pub url: String,
     /// The document's origin, `http://host[:port]` (the applet's sandbox).
-    pub origin: String,
+    pub origin: Arc<str>,
     /// Request headers as the client sent them (cookies included), shared with the caller
     /// (who may take them back with [`Arc::try_unwrap`] once the run is over).
     pub headers: Arc<HeaderMap>,
@@ -220,7 +221,8 @@ impl Runtime {
             // meshcache-applet`: keeping linear memory resident costs more in zeroing than
             // the page faults it saves.)
             .decommit_batch_size(32)
-            .table_keep_resident(1 << 16);
+            .linear_memory_keep_resident(KEEP)
+            .table_keep_resident(4096);
         let mut wasm = Config::new();
         wasm.epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

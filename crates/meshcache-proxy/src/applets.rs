@@ -74,10 +74,21 @@ enum Slot {
     Failed { until: Instant, why: String },
 }
 
-/// What to run for one document.
-enum Plan {
-    Compiled { applet: Arc<Applet>, log_to: String },
-    Fetch { url: String, log_to: String },
+/// The applet a stored document runs, worked out once (on its first hit) and kept with it.
+#[derive(Debug)]
+pub struct Attached {
+    module: Source,
+    log_to: Arc<str>,
+    origin: Arc<str>,
+}
+
+/// Where an attached applet's module comes from.
+#[derive(Debug)]
+enum Source {
+    /// Compiled at start (a bound file).
+    Compiled(Arc<Applet>),
+    /// Fetched from this URL of the origin.
+    Url(String),
 }
 
 /// The proxy's Active Cache state: the runtime, the bindings, the modules by URL.
@@ -146,10 +157,15 @@ impl Active {
     }
 
     /// The applet a stored document runs: its own `CacheApplet`, else the first binding.
-    fn plan(&self, url: &str, origin: &str, object: &CachedObject) -> Option<Plan> {
+    fn attachment(&self, url: &str, object: &CachedObject) -> Option<Arc<Attached>> {
+        let origin = applet_header::origin_of(url)?;
         if let Some(v) = object.header(&CACHE_APPLET) {
             if let Ok(Attachment { module, log }) = applet_header::parse(url, v.as_bytes()) {
-                return Some(self.by_url(module, log));
+                return Some(Arc::new(Attached {
+                    module: Source::Url(module),
+                    log_to: Arc::from(log),
+                    origin: Arc::from(origin),
+                }));
             }
         }
         let b = self
@@ -157,28 +173,36 @@ impl Active {
             .iter()
             .find(|b| meshcache_applet::config::glob_match(&b.urls, url))?;
         let log_to = |default: &str| match &b.log {
-            Some(l) => applet_header::resolve(origin, l).unwrap_or_else(|_| default.to_owned()),
+            Some(l) => applet_header::resolve(&origin, l).unwrap_or_else(|_| default.to_owned()),
             None => default.to_owned(),
         };
-        Some(match &b.module {
-            BoundModule::File(a) => Plan::Compiled {
-                applet: a.clone(),
-                log_to: log_to(&format!("{origin}/")),
-            },
-            BoundModule::Url(u) => self.by_url(u.clone(), log_to(u)),
-        })
+        let (module, log_to) = match &b.module {
+            BoundModule::File(a) => (Source::Compiled(a.clone()), log_to(&format!("{origin}/"))),
+            BoundModule::Url(u) => (Source::Url(u.clone()), log_to(u)),
+        };
+        Some(Arc::new(Attached {
+            module,
+            log_to: Arc::from(log_to),
+            origin: Arc::from(origin),
+        }))
     }
 
-    fn by_url(&self, url: String, log_to: String) -> Plan {
-        if let Some(Slot::Ready { applet, at }) = self.modules.lock().get(&url) {
+    /// The compiled module of an attachment: at hand, or fetched (again, after its TTL).
+    async fn applet_of(
+        self: &Arc<Self>,
+        shared: &Shared,
+        a: &Attached,
+    ) -> Result<Arc<Applet>, String> {
+        let url = match &a.module {
+            Source::Compiled(applet) => return Ok(applet.clone()),
+            Source::Url(url) => url,
+        };
+        if let Some(Slot::Ready { applet, at }) = self.modules.lock().get(url) {
             if at.elapsed() < self.runtime.config().module_ttl {
-                return Plan::Compiled {
-                    applet: applet.clone(),
-                    log_to,
-                };
+                return Ok(applet.clone());
             }
         }
-        Plan::Fetch { url, log_to }
+        self.module(shared, url).await
     }
 
     /// The compiled module at `url`: fetched from its origin and compiled on first use.
@@ -315,30 +339,25 @@ pub(crate) async fn on_hit(
     let Some(active) = &shared.applets else {
         return Gate::Serve;
     };
-    let Some(origin) = applet_header::origin_of(url) else {
+    let attached = object
+        .applet
+        .get_or_init(|| active.attachment(url, object))
+        .clone();
+    let Some(attached) = attached else {
         return Gate::Serve;
     };
-    let Some(plan) = active.plan(url, &origin, object) else {
-        return Gate::Serve;
-    };
-    let (applet, log_to) = match plan {
-        Plan::Compiled { applet, log_to } => (applet, log_to),
-        Plan::Fetch {
-            url: module,
-            log_to,
-        } => match active.module(shared, &module).await {
-            Ok(applet) => (applet, log_to),
-            Err(_) => {
-                active.counters.module_unavailable.fetch_add(1, Relaxed);
-                return Gate::Origin("applet-unavailable");
-            }
-        },
+    let applet = match active.applet_of(shared, &attached).await {
+        Ok(applet) => applet,
+        Err(_) => {
+            active.counters.module_unavailable.fetch_add(1, Relaxed);
+            return Gate::Origin("applet-unavailable");
+        }
     };
     let headers = Arc::new(std::mem::take(&mut req.headers));
     let invocation = Invocation {
         method: req.method.clone(),
         url: url.to_owned(),
-        origin,
+        origin: attached.origin.clone(),
         headers: headers.clone(),
         client,
         document: Item {
@@ -346,7 +365,7 @@ pub(crate) async fn on_hit(
             headers: object.headers.clone(),
             body: object.body.clone(),
         },
-        log_to: Arc::from(log_to),
+        log_to: attached.log_to.clone(),
     };
     let items = Arc::new(CacheItems {
         shared: shared.clone(),

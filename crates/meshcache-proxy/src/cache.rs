@@ -39,6 +39,8 @@ pub struct CachedObject {
     pub body: Bytes,
     /// Freshness facts.
     pub freshness: Freshness,
+    /// The applet its hits run, worked out on the first hit (see `applets`).
+    pub applet: std::sync::OnceLock<Option<Arc<crate::applets::Attached>>>,
 }
 
 impl CachedObject {
@@ -53,6 +55,7 @@ impl CachedObject {
             headers,
             body,
             freshness,
+            applet: std::sync::OnceLock::new(),
         }
     }
 
