@@ -30,7 +30,12 @@ use crate::host::{self, RunState, VerifyMemo};
 use crate::state::{KvStores, LogSpool};
 use crate::AppletError;
 
-const KEEP: usize = 32 << 10;
+/// Bytes at the start of an instance's memory that are zeroed in place when it is released,
+/// rather than handed back to the kernel: the stack and the first heap pages of a small
+/// applet, which every run touches. (Measured with `cargo bench -p meshcache-applet` and in
+/// the proxy: handing them back made each run take two or three page faults, which cost more
+/// than zeroing 32 KiB.)
+const KEEP_RESIDENT: usize = 32 << 10;
 /// How often the engine's epoch advances: the granularity of CPU deadlines.
 pub const TICK: Duration = Duration::from_millis(1);
 
@@ -215,13 +220,10 @@ impl Runtime {
             .max_memories_per_module(1)
             .max_tables_per_module(1)
             .max_memory_size(config.memory as usize)
-            // Released instances' memory goes back to the kernel in batches: one system call
-            // (and one TLB shootdown across the proxy's threads) per 32 runs, not per run.
-            // Tables are small and reset in place. (Measured with `cargo bench -p
-            // meshcache-applet`: keeping linear memory resident costs more in zeroing than
-            // the page faults it saves.)
+            // The rest of a released instance's memory goes back to the kernel in batches:
+            // one system call (and one TLB shootdown across the proxy's threads) per 32 runs.
             .decommit_batch_size(32)
-            .linear_memory_keep_resident(KEEP)
+            .linear_memory_keep_resident(KEEP_RESIDENT)
             .table_keep_resident(4096);
         let mut wasm = Config::new();
         wasm.epoch_interruption(true)
