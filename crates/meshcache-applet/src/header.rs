@@ -205,3 +205,36 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever an origin sends, parsing answers without panicking, and an accepted
+        /// attachment never leaves the document's origin.
+        #[test]
+        fn parsing_never_panics_nor_leaves_the_origin(
+            value in proptest::collection::vec(any::<u8>(), 0..200),
+            path in "[a-z/]{0,20}",
+        ) {
+            let doc = format!("http://o.example:8080/{path}");
+            if let Ok(a) = parse(&doc, &value) {
+                prop_assert!(a.module.starts_with("http://o.example:8080/"));
+                prop_assert!(a.log.starts_with("http://o.example:8080/"));
+            }
+        }
+
+        #[test]
+        fn origins_of_arbitrary_text_never_panic(url in "\\PC{0,60}") {
+            let _ = origin_of(&url);
+            let _ = resolve("http://o.example", &url);
+        }
+
+        #[test]
+        fn globs_never_panic(pattern in "[a*/]{0,12}", text in "[a/]{0,12}") {
+            let _ = crate::config::glob_match(&pattern, &text);
+        }
+    }
+}

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use parking_lot::Mutex;
 use wasmtime::{Caller, Linker, Memory, ResourceLimiter};
@@ -88,23 +88,12 @@ impl Output {
         }
     }
 
-    /// The response, its body in one piece.
+    /// The response.
     pub fn finish(self) -> Built {
-        let body = match self.parts.len() {
-            0 => Bytes::new(),
-            1 => self.parts.into_iter().next().unwrap_or_default(),
-            _ => {
-                let mut b = BytesMut::with_capacity(self.len as usize);
-                for p in &self.parts {
-                    b.extend_from_slice(p);
-                }
-                b.freeze()
-            }
-        };
         Built {
             status: self.status,
             headers: self.headers,
-            body,
+            parts: self.parts,
         }
     }
 }

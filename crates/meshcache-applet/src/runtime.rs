@@ -86,8 +86,25 @@ pub struct Built {
     pub status: StatusCode,
     /// Headers, in the order added.
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// The body.
-    pub body: Bytes,
+    /// The body, in the pieces it was written in: ranges of cached bodies are slices of the
+    /// cache's own bytes, so a response mostly made of the document copies little of it.
+    pub parts: Vec<Bytes>,
+}
+
+impl Built {
+    /// The body's length.
+    pub fn body_len(&self) -> u64 {
+        self.parts.iter().map(|p| p.len() as u64).sum()
+    }
+
+    /// The body in one piece (a copy when it has several).
+    pub fn body(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            parts => parts.concat().into(),
+        }
+    }
 }
 
 /// Why a run ended in "send it to the origin".

@@ -121,7 +121,7 @@ fn a_built_response_splices_the_document_and_its_own_bytes() {
     assert_eq!(b.status, StatusCode::NON_AUTHORITATIVE_INFORMATION);
     assert_eq!(b.headers[0].0.as_str(), "x-a");
     assert_eq!(b.headers[0].1, "yes");
-    assert_eq!(&b.body[..], b"<234>");
+    assert_eq!(&b.body()[..], b"<234>");
 }
 
 #[test]
@@ -146,7 +146,7 @@ fn inputs_and_request_headers_reach_the_applet() {
     let Verdict::Built(b) = run(&rt, &wasm, inv(b"")) else {
         panic!("expected a built response");
     };
-    assert_eq!(&b.body[..], b"127.0.0.9a=1; b=2");
+    assert_eq!(&b.body()[..], b"127.0.0.9a=1; b=2");
 }
 
 #[test]
@@ -265,7 +265,7 @@ fn items_are_read_from_the_documents_origin_only() {
     let Verdict::Built(b) = rt.run(&applet, inv(b""), Arc::new(OneItem)) else {
         panic!("expected a built response");
     };
-    assert_eq!(&b.body[..], b"PART");
+    assert_eq!(&b.body()[..], b"PART");
 }
 
 #[test]

@@ -205,6 +205,9 @@ impl Relay {
 enum Kind {
     Empty,
     Full(Option<Bytes>),
+    /// Pieces sent one after the other (an applet's response: slices of cached bodies and its
+    /// own bytes), with the length of what is left.
+    Parts(std::collections::VecDeque<Bytes>, u64),
     Relay(Box<Relay>),
 }
 
@@ -229,6 +232,18 @@ impl ProxyBody {
     pub fn full(bytes: Bytes) -> Self {
         ProxyBody {
             kind: Kind::Full(Some(bytes)),
+            sent: 0,
+            txn: None,
+        }
+    }
+
+    /// A body sent in pieces, in order.
+    pub fn parts(parts: Vec<Bytes>) -> Self {
+        let parts: std::collections::VecDeque<Bytes> =
+            parts.into_iter().filter(|p| !p.is_empty()).collect();
+        let len = parts.iter().map(|p| p.len() as u64).sum();
+        ProxyBody {
+            kind: Kind::Parts(parts, len),
             sent: 0,
             txn: None,
         }
@@ -276,6 +291,14 @@ impl Body for ProxyBody {
                 }
                 _ => Poll::Ready(None),
             },
+            Kind::Parts(parts, left) => match parts.pop_front() {
+                Some(b) => {
+                    this.sent += b.len() as u64;
+                    *left -= b.len() as u64;
+                    Poll::Ready(Some(Ok(Frame::data(b))))
+                }
+                None => Poll::Ready(None),
+            },
             Kind::Relay(relay) => {
                 if relay.done {
                     return Poll::Ready(None);
@@ -322,6 +345,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Empty => true,
             Kind::Full(b) => b.as_ref().is_none_or(Bytes::is_empty),
+            Kind::Parts(p, _) => p.is_empty(),
             Kind::Relay(r) => r.done,
         }
     }
@@ -330,6 +354,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Empty => SizeHint::with_exact(0),
             Kind::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Kind::Parts(_, left) => SizeHint::with_exact(*left),
             Kind::Relay(r) if r.done => SizeHint::with_exact(0),
             Kind::Relay(r) => r.inner.size_hint(),
         }

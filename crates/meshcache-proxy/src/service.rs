@@ -393,28 +393,30 @@ fn serve_built(
     built: Built,
     code: ResultCode,
 ) -> Response<ProxyBody> {
+    let body_len = built.body_len();
     let mut headers = HeaderMap::with_capacity(built.headers.len() + 5);
     for (n, v) in built.headers {
         headers.append(n, v);
     }
-    let bodiless = matches!(built.status.as_u16(), 204 | 304);
-    let mut body = if bodiless { Bytes::new() } else { built.body };
-    if !bodiless {
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+    let bodiless = matches!(built.status.as_u16(), 204 | 304) || req.method == Method::HEAD;
+    if !matches!(built.status.as_u16(), 204 | 304) {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     }
     headers::append_via(&mut headers, &shared.via);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
     if let Ok(v) = HeaderValue::from_str(&format!("{}; hit; detail=applet", shared.config.name)) {
         headers.insert(CACHE_STATUS.clone(), v);
     }
-    if req.method == Method::HEAD {
-        body = Bytes::new();
-    }
     txn.result = code;
     txn.status = built.status.as_u16();
     txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
     txn.head_bytes = head_size(&headers);
-    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
+    let body = if bodiless {
+        ProxyBody::empty()
+    } else {
+        ProxyBody::parts(built.parts)
+    };
+    let mut resp = Response::new(body.with_transaction(txn));
     *resp.status_mut() = built.status;
     *resp.headers_mut() = headers;
     resp

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use meshcache_proxy::{Config, Listeners, Proxy, DEFAULT_CONFIG};
 
+mod applet;
 mod digest;
 mod lab_link;
 mod lab_load;
@@ -48,6 +49,11 @@ enum Command {
     Digest {
         #[command(subcommand)]
         command: digest::DigestCommand,
+    },
+    /// Active Cache applets: check modules, run one on a document.
+    Applet {
+        #[command(subcommand)]
+        command: applet::AppletCommand,
     },
     /// Workloads: characterize an access log, generate a synthetic request stream.
     Workload {
@@ -167,6 +173,7 @@ fn main() -> ExitCode {
         } => lab_run::run(args),
         Command::Workload { command } => workload::run(command),
         Command::Digest { command } => digest::run(command),
+        Command::Applet { command } => applet::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -631,3 +631,61 @@ async fn a_bound_module_that_does_not_load_stops_the_proxy_from_starting() {
     let text = err.to_string();
     assert!(text.contains("applets.bind[0].module"), "{text}");
 }
+
+#[test]
+fn the_applet_commands_check_modules_and_run_one() {
+    let bin = env!("CARGO_BIN_EXE_meshcache");
+    let names = ["null", "log", "ads", "apc", "ssi", "csid"];
+    let out = std::process::Command::new(bin)
+        .arg("applet")
+        .arg("check")
+        .args(names.map(module_path))
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout)
+            .matches(": ok (")
+            .count(),
+        6
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bogus = dir.path().join("bogus.wasm");
+    std::fs::write(&bogus, b"not a module").expect("write");
+    let out = std::process::Command::new(bin)
+        .args(["applet", "check"])
+        .arg(&bogus)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("does not compile"),
+        "{out:?}"
+    );
+
+    let doc = dir.path().join("doc.html");
+    std::fs::write(&doc, "hi <!--#echo var=\"REMOTE_ADDR\" -->!").expect("write");
+    let out = std::process::Command::new(bin)
+        .args(["applet", "run"])
+        .arg(module_path("ssi"))
+        .args([
+            "--url",
+            "http://o.example/doc.html",
+            "--client",
+            "127.0.0.7",
+            "--body",
+        ])
+        .arg(&doc)
+        .args(["--doc-header", "Content-Type: text/html"])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.starts_with("serve a built response: 200 OK"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("content-type: text/html"), "{stdout}");
+    assert!(stdout.contains("hi 127.0.0.7!"), "{stdout}");
+}
