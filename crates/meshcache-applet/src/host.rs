@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use parking_lot::Mutex;
-use wasmtime::{Caller, Linker, Memory, ResourceLimiter};
+use wasmtime::{Caller, Linker, Memory, ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 
 use crate::abi::{self, Input};
 use crate::config::AppletConfig;
@@ -25,47 +25,62 @@ const MAX_HEADER_BYTES: usize = 8 << 10;
 
 type Fault = wasmtime::Error;
 
-/// Memory and table growth under the configured bound; remembers a refusal so the run's end
-/// is reported as a memory overrun, not as the trap the applet turned it into.
-#[derive(Debug)]
+/// wasmtime's [`StoreLimits`] (memory, one instance, one table, one memory, bounded table
+/// elements), remembering a refused memory growth so that the run's end is reported as a memory
+/// overrun, not as the trap the applet's allocator turned it into.
 pub(crate) struct Limiter {
-    memory_max: usize,
+    limits: StoreLimits,
     pub memory_denied: bool,
+}
+
+impl Limiter {
+    fn new(memory_max: usize) -> Self {
+        Limiter {
+            limits: StoreLimitsBuilder::new()
+                .memory_size(memory_max)
+                .table_elements(100_000)
+                .instances(1)
+                .tables(1)
+                .memories(1)
+                .build(),
+            memory_denied: false,
+        }
+    }
 }
 
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory_max {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if !allowed {
             self.memory_denied = true;
-            return Ok(false);
         }
-        Ok(true)
+        Ok(allowed)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
+        self.limits.table_growing(current, desired, maximum)
     }
 
     fn instances(&self) -> usize {
-        1
+        self.limits.instances()
     }
 
     fn tables(&self) -> usize {
-        1
+        self.limits.tables()
     }
 
     fn memories(&self) -> usize {
-        1
+        self.limits.memories()
     }
 }
 
@@ -133,10 +148,7 @@ impl RunState {
             kv_stores,
             verified,
             kv: None,
-            limiter: Limiter {
-                memory_max: config.memory as usize,
-                memory_denied: false,
-            },
+            limiter: Limiter::new(config.memory as usize),
             memory: None,
             open: Vec::new(),
             output: None,
