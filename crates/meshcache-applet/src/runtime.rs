@@ -212,7 +212,7 @@ pub struct Runtime {
     pub logs: Arc<LogSpool>,
     /// What runs did.
     pub counters: Counters,
-    ticker: Option<JoinHandle<()>>,
+    ticker: Mutex<Option<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -225,7 +225,8 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Builds the engine (pooling instances, epoch interruption) and starts its ticker.
+    /// Builds the engine (pooling instances, epoch interruption); its ticker starts with the
+    /// first module.
     pub fn new(config: AppletConfig) -> Result<Self, AppletError> {
         config
             .validate()
@@ -248,20 +249,6 @@ impl Runtime {
         let engine = Engine::new(&wasm).map_err(|e| AppletError::Engine(e.to_string()))?;
         let mut linker = Linker::new(&engine);
         host::define(&mut linker).map_err(|e| AppletError::Engine(e.to_string()))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let ticker = {
-            let engine = engine.clone();
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("applet-epoch".into())
-                .spawn(move || {
-                    while !stop.load(Relaxed) {
-                        std::thread::sleep(TICK);
-                        engine.increment_epoch();
-                    }
-                })
-                .map_err(|e| AppletError::Engine(e.to_string()))?
-        };
         Ok(Runtime {
             engine,
             linker,
@@ -271,9 +258,32 @@ impl Runtime {
             kv: Arc::new(KvStores::default()),
             verified: Arc::new(VerifyMemo::default()),
             counters: Counters::default(),
-            ticker: Some(ticker),
-            stop,
+            ticker: Mutex::new(None),
+            stop: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Starts the epoch ticker, once: with the first module, so that a proxy that never runs an
+    /// applet has no thread waking a thousand times a second. No module is handed out unless
+    /// the ticker runs (a run without it could not be stopped).
+    fn start_ticker(&self) -> Result<(), AppletError> {
+        let mut ticker = self.ticker.lock();
+        if ticker.is_some() {
+            return Ok(());
+        }
+        let engine = self.engine.clone();
+        let stop = self.stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("applet-epoch".into())
+            .spawn(move || {
+                while !stop.load(Relaxed) {
+                    std::thread::sleep(TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| AppletError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        *ticker = Some(handle);
+        Ok(())
     }
 
     /// The configuration it runs under.
@@ -290,6 +300,7 @@ impl Runtime {
                 max: self.config.max_module,
             });
         }
+        self.start_ticker()?;
         let hash: [u8; 32] = Sha256::digest(bytes).into();
         if let Some(a) = self.modules.lock().get(&hash) {
             return Ok(a.clone());
@@ -418,7 +429,7 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.stop.store(true, Relaxed);
-        if let Some(t) = self.ticker.take() {
+        if let Some(t) = self.ticker.get_mut().take() {
             let _ = t.join();
         }
     }

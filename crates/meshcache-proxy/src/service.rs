@@ -13,6 +13,9 @@
 //!   └─ other methods ─► relay; a success invalidates the URL
 //! ```
 //!
+//! Every "serve" of a stored object goes through `serve_hit`: the document's applet, if it has
+//! one, decides first (serve it, serve what the applet built, or fetch as a miss).
+//!
 //! Every path ends in a response whose body finishes the [`Transaction`]: one log line.
 
 use std::convert::Infallible;
