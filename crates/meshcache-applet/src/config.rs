@@ -57,6 +57,12 @@ pub struct AppletConfig {
     pub log_retry_max: Duration,
     /// Applet instances that may exist at once (the instance pool's size).
     pub instances: u32,
+    /// Runs in a row that fault (trap, limit, invalid result) before a module is quarantined;
+    /// 0 never quarantines.
+    pub quarantine_after: u32,
+    /// How long a quarantined module is not run (its documents' hits go to the origin).
+    #[serde(with = "humantime_serde")]
+    pub quarantine: Duration,
     /// Applets bound by the administrator to URL patterns, tried in order.
     #[serde(rename = "bind")]
     pub bindings: Vec<Binding>,
@@ -96,6 +102,8 @@ impl Default for AppletConfig {
             log_interval: Duration::from_secs(1),
             log_retry_max: Duration::from_secs(60),
             instances: 256,
+            quarantine_after: 5,
+            quarantine: Duration::from_secs(60),
             bindings: Vec::new(),
         }
     }

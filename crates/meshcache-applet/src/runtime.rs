@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -124,6 +124,9 @@ pub enum Reason {
     Invalid(i32),
     /// It could not be instantiated (the pool is exhausted, or its imports are wrong).
     Instantiate(String),
+    /// Not run: it faulted `applets.quarantine_after` times in a row and is resting for
+    /// `applets.quarantine`.
+    Quarantined,
 }
 
 impl Reason {
@@ -137,6 +140,7 @@ impl Reason {
             Reason::Output => "output",
             Reason::Invalid(_) => "invalid",
             Reason::Instantiate(_) => "instantiate",
+            Reason::Quarantined => "quarantined",
         }
     }
 }
@@ -157,6 +161,10 @@ pub struct Applet {
     /// SHA-256 of the module's bytes.
     pub hash: [u8; 32],
     pre: InstancePre<RunState>,
+    /// Runs in a row that ended in a fault (trap, limit, invalid result).
+    faults_in_a_row: AtomicU32,
+    /// Until when (milliseconds on the runtime's clock) it is not run, after too many faults.
+    quarantined_until: AtomicU64,
 }
 
 impl std::fmt::Debug for Applet {
@@ -190,6 +198,10 @@ pub struct Counters {
     pub invalid: AtomicU64,
     /// Runs that could not be instantiated.
     pub instantiate: AtomicU64,
+    /// Hits not run because their applet was in quarantine.
+    pub quarantined: AtomicU64,
+    /// Times an applet was put in quarantine.
+    pub quarantines: AtomicU64,
     /// Completed runs whose key/value writes did not fit the origin's bound (none applied).
     pub kv_rejected: AtomicU64,
     /// Modules compiled.
@@ -214,6 +226,7 @@ pub struct Runtime {
     pub counters: Counters,
     ticker: Mutex<Option<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
+    started: Instant,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -260,6 +273,7 @@ impl Runtime {
             counters: Counters::default(),
             ticker: Mutex::new(None),
             stop: Arc::new(AtomicBool::new(false)),
+            started: Instant::now(),
         })
     }
 
@@ -326,7 +340,12 @@ impl Runtime {
             .linker
             .instantiate_pre(&module)
             .map_err(|e| AppletError::Link(format!("{e:#}")))?;
-        Ok(Arc::new(Applet { hash, pre }))
+        Ok(Arc::new(Applet {
+            hash,
+            pre,
+            faults_in_a_row: AtomicU32::new(0),
+            quarantined_until: AtomicU64::new(0),
+        }))
     }
 
     /// Modules compiled and kept.
@@ -342,6 +361,10 @@ impl Runtime {
     /// Runs `applet` for one hit. Blocks for at most the CPU budget (plus a tick).
     pub fn run(&self, applet: &Applet, inv: Invocation, items: Arc<dyn Items>) -> Verdict {
         let started = Instant::now();
+        if applet.quarantined_until.load(Relaxed) > self.clock_ms() {
+            self.counters.quarantined.fetch_add(1, Relaxed);
+            return Verdict::Origin(Reason::Quarantined);
+        }
         self.counters.runs.fetch_add(1, Relaxed);
         let budget = self.config.cpu_budget(inv.document.body.len());
         let ticks = budget.as_micros().div_ceil(TICK.as_micros()) as u64 + 1;
@@ -391,8 +414,10 @@ impl Runtime {
             Verdict::Origin(Reason::Output) => &c.output,
             Verdict::Origin(Reason::Invalid(_)) => &c.invalid,
             Verdict::Origin(Reason::Instantiate(_)) => &c.instantiate,
+            Verdict::Origin(Reason::Quarantined) => &c.quarantined,
         }
         .fetch_add(1, Relaxed);
+        self.note_fault(applet, &verdict);
         c.run_micros
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
         verdict
@@ -422,6 +447,45 @@ impl Runtime {
             Some(Outcome::Built) if state.output.is_none() => Err(Reason::Invalid(code)),
             Some(o) => Ok(o),
             None => Err(Reason::Invalid(code)),
+        }
+    }
+}
+
+impl Runtime {
+    /// Milliseconds since the runtime started (the quarantine clock).
+    fn clock_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Counts faults in a row; too many put the applet in quarantine.
+    fn note_fault(&self, applet: &Applet, verdict: &Verdict) {
+        let fault = matches!(
+            verdict,
+            Verdict::Origin(
+                Reason::Trap(_)
+                    | Reason::Timeout
+                    | Reason::Memory
+                    | Reason::Output
+                    | Reason::Invalid(_)
+            )
+        );
+        if !fault {
+            applet.faults_in_a_row.store(0, Relaxed);
+            return;
+        }
+        let n = applet.faults_in_a_row.fetch_add(1, Relaxed) + 1;
+        let after = self.config.quarantine_after;
+        if after > 0 && n >= after {
+            applet.faults_in_a_row.store(0, Relaxed);
+            let until = self.clock_ms() + self.config.quarantine.as_millis() as u64;
+            applet.quarantined_until.store(until, Relaxed);
+            self.counters.quarantines.fetch_add(1, Relaxed);
+            tracing::warn!(
+                module = %hex(&applet.hash[..6]),
+                faults = n,
+                rest = ?self.config.quarantine,
+                "applet quarantined: its documents' hits go to the origin without running it"
+            );
         }
     }
 }

@@ -328,3 +328,62 @@ fn the_shipped_modules_fit_the_interface() {
     }
     assert_eq!(n, 11);
 }
+
+#[test]
+fn an_applet_that_keeps_faulting_is_quarantined() {
+    let rt = Runtime::new(AppletConfig {
+        quarantine_after: 2,
+        quarantine: std::time::Duration::from_secs(3600),
+        instances: 8,
+        ..AppletConfig::default()
+    })
+    .expect("runtime starts");
+    // Traps when the request carries a cookie, else serves the cached copy.
+    let wasm = module(
+        r#"(import "meshcache" "request_header" (func $rh (param i32 i32 i32 i32) (result i32)))"#,
+        "cookie",
+        "(if (i32.ne (call $rh (i32.const 0) (i32.const 6) (i32.const 100) (i32.const 0)) (i32.const -1))
+           (then unreachable))
+         i32.const 0",
+    );
+    let applet = rt.compile(&wasm).expect("compiles");
+    let with_cookie = || inv(b"");
+    let without_cookie = || {
+        let mut i = inv(b"");
+        i.headers = Arc::new(HeaderMap::new());
+        i
+    };
+    let run = |i: Invocation| rt.run(&applet, i, Arc::new(NoItems));
+    assert!(matches!(
+        run(with_cookie()),
+        Verdict::Origin(Reason::Trap(_))
+    ));
+    // A completed run starts the count again.
+    assert!(matches!(run(without_cookie()), Verdict::Cached));
+    assert!(matches!(
+        run(with_cookie()),
+        Verdict::Origin(Reason::Trap(_))
+    ));
+    assert!(matches!(
+        run(with_cookie()),
+        Verdict::Origin(Reason::Trap(_))
+    ));
+    // Two in a row: resting now, whatever the request.
+    assert!(matches!(
+        run(without_cookie()),
+        Verdict::Origin(Reason::Quarantined)
+    ));
+    assert_eq!(rt.counters.quarantines.load(Relaxed), 1);
+    assert_eq!(rt.counters.quarantined.load(Relaxed), 1);
+    assert_eq!(rt.counters.runs.load(Relaxed), 4);
+    // Other modules are not affected.
+    assert!(matches!(
+        rt.run(
+            &rt.compile(&module("", "", "i32.const 0"))
+                .expect("compiles"),
+            inv(b""),
+            Arc::new(NoItems)
+        ),
+        Verdict::Cached
+    ));
+}

@@ -266,6 +266,8 @@ impl Active {
             "output_overruns": g(&c.output),
             "invalid_results": g(&c.invalid),
             "instantiate_failures": g(&c.instantiate),
+            "quarantined": g(&c.quarantined),
+            "quarantines": g(&c.quarantines),
             "kv_rejected": g(&c.kv_rejected),
             "run_micros": g(&c.run_micros),
             "modules_compiled": g(&c.compiled),
@@ -378,7 +380,7 @@ pub(crate) async fn on_hit(
         Verdict::Cached => Gate::Serve,
         Verdict::Built(b) => Gate::Built(b),
         Verdict::Origin(reason) => {
-            if !matches!(reason, Reason::Asked) {
+            if !matches!(reason, Reason::Asked | Reason::Quarantined) {
                 tracing::info!(url, reason = ?reason, "applet failed; the request goes to the origin");
             }
             Gate::Origin(match reason {
@@ -389,6 +391,7 @@ pub(crate) async fn on_hit(
                 Reason::Output => "applet-output",
                 Reason::Invalid(_) => "applet-invalid",
                 Reason::Instantiate(_) => "applet-instantiate",
+                Reason::Quarantined => "applet-quarantined",
             })
         }
     }

@@ -502,6 +502,38 @@ async fn hostile_applets_are_stopped_counted_and_the_proxy_keeps_serving() {
 }
 
 #[tokio::test]
+async fn a_module_that_keeps_faulting_rests_and_its_hits_go_straight_to_the_origin() {
+    let origin = TestOrigin::start().await;
+    origin.module("crash");
+    origin.route("/c", &[("cacheapplet", "/applets/crash.wasm")], "c");
+    let p = node(|c| {
+        c.applets.quarantine_after = 3;
+        c.applets.quarantine = Duration::from_secs(3600);
+    })
+    .await;
+    let url = origin.url("/c");
+    get(&p, &url, &[]).await;
+    for _ in 0..3 {
+        let r = get(&p, &url, &[]).await;
+        assert!(r.header("cache-status").contains("applet-trap"), "{r:?}");
+    }
+    for _ in 0..2 {
+        let r = get(&p, &url, &[]).await;
+        assert_eq!((r.status, &r.body[..]), (200, &b"c"[..]));
+        assert!(
+            r.header("cache-status").contains("applet-quarantined"),
+            "{r:?}"
+        );
+    }
+    let s = p.stats().await;
+    assert_eq!(applets(&s)["traps"], 3, "{s}");
+    assert_eq!(applets(&s)["runs"], 3, "{s}");
+    assert_eq!(applets(&s)["quarantines"], 1, "{s}");
+    assert_eq!(applets(&s)["quarantined"], 2, "{s}");
+    p.stop().await;
+}
+
+#[tokio::test]
 async fn writes_and_log_records_are_kept_only_when_the_applet_completes() {
     let origin = TestOrigin::start().await;
     origin.module("putcrash");
