@@ -24,6 +24,7 @@ import base64
 import csv
 import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -227,13 +228,31 @@ end
 """)
         return path
 
+    def proxy_ticks(self):
+        """utime + stime of the meshcache process (all its threads), in clock ticks."""
+        fields = Path(f"/proc/{self.proxy_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    @staticmethod
+    def steal():
+        """(steal, total) ticks of the whole machine."""
+        cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        return int(cpu[7]), sum(int(x) for x in cpu)
+
     def run_one(self, name, clients, script, rnd):
         before = self.stats()
         a0 = before.get("applets", {})
         m0 = self.misses()
         cmd = ["taskset", "-c", "0", "wrk", "-t1", f"-c{clients}", f"-d{self.args.duration}s",
                "-s", str(script), f"http://127.0.0.1:{self.proxy_port}"]
+        hz = os.sysconf("SC_CLK_TCK")
+        p0, s0, w0, t0 = self.proxy_ticks(), self.steal(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=self.args.duration + 60)
+        p1, s1, w1, t1 = self.proxy_ticks(), self.steal(), resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+        wall = t1 - t0
+        proxy_cpu = (p1 - p0) / hz
+        wrk_cpu = (w1.ru_utime + w1.ru_stime) - (w0.ru_utime + w0.ru_stime)
+        steal_pct = 100 * (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
         line = next((l for l in out.stdout.splitlines() if l.startswith("RESULT")), None)
         if out.returncode != 0 or line is None:
             die(f"wrk failed for {name}: {out.stdout}{out.stderr}")
@@ -252,9 +271,13 @@ end
             die(f"{name}: {runs} applet runs for {reqs} requests, {failed} ended at the origin")
         row = dict(applet=name, clients=clients, round=rnd, requests=int(reqs),
                    seconds=int(dur_us) / 1e6, mean_ms=float(mean) / 1000,
-                   p50_ms=float(p50) / 1000, p99_ms=float(p99) / 1000, applet_runs=runs)
+                   p50_ms=float(p50) / 1000, p99_ms=float(p99) / 1000, applet_runs=runs,
+                   cycle_ms=clients * (int(dur_us) / 1e3) / int(reqs),
+                   proxy_cpu_us=proxy_cpu * 1e6 / int(reqs), proxy_cpu_pct=100 * proxy_cpu / wall,
+                   wrk_cpu_pct=100 * wrk_cpu / wall, steal_pct=steal_pct)
         log(f"  round {rnd} {clients:>2} clients {name:<5} {row['requests'] / row['seconds']:9.0f} req/s"
-            f"  mean {row['mean_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms")
+            f"  mean {row['mean_ms']:.3f} ms  p99 {row['p99_ms']:.3f} ms  proxy {row['proxy_cpu_us']:.1f} us/req"
+            f" ({row['proxy_cpu_pct']:.0f}%)  wrk {row['wrk_cpu_pct']:.0f}%  steal {steal_pct:.1f}%")
         return row
 
     def main(self):
@@ -263,7 +286,8 @@ end
         (self.work / "meshcache.toml").write_text(self.config())
         self.start("origin", [str(args.bin), "lab", "origin", "--listen", f"127.0.0.1:{self.origin_port}"],
                    self.origin_port)
-        self.start("meshcache", [str(args.bin), "run", "-c", str(self.work / "meshcache.toml")], self.proxy_port)
+        self.proxy_pid = self.start("meshcache", [str(args.bin), "run", "-c", str(self.work / "meshcache.toml")],
+                                    self.proxy_port).pid
         scripts = {}
         for name, (reqs, warm) in variants.items():
             for url, headers, size in warm:
@@ -318,6 +342,27 @@ def report(args, rows, out):
         target = TARGETS.get(a)
         ok = "" if a == "none" else ("met" if max(verdicts[a]) <= target else "NOT met")
         lines.append(f"| {a} | " + " | ".join(cells) + f" | {'' if target is None else f'≤ {target} {ok}'} |")
+    def median_of(a, c, key):
+        return statistics.median(x[key] for x in by[(a, c)])
+
+    def paired(a, c, key):
+        xs = sorted(by[(a, c)], key=lambda r: r["round"])
+        ys = sorted(by[("none", c)], key=lambda r: r["round"])
+        return statistics.median(x[key] / y[key] for x, y in zip(xs, ys))
+
+    lines += ["", "Closed-loop cycle time (clients × duration / requests: the response time as the "
+              "clients lived it, by Little's law), ratio to `none`, and meshcache's CPU per hit "
+              "(µs, utime + stime of the whole process / requests). A cell marked † had wrk at "
+              "≥ 95 % of its core (client-bound).", "",
+              "| applet | " + " | ".join(f"{c}: cycle ratio | {c}: CPU µs/hit" for c in args.clients) + " |",
+              "| --- |" + " ---: | ---: |" * len(args.clients)]
+    for a in args.applets:
+        cells = []
+        for c in args.clients:
+            bound = " †" if median_of(a, c, "wrk_cpu_pct") >= 95 else ""
+            ratio = "" if a == "none" else f"{paired(a, c, 'cycle_ms'):.3f}"
+            cells.append(f"{ratio} | {median_of(a, c, 'proxy_cpu_us'):.1f}{bound}")
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     header = (f"Applet overhead, WebStone mix, {args.rounds} rounds × {args.duration} s per cell; "
               f"cells: median over rounds of the paired ratio of mean response time to `none` "
