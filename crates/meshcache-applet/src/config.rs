@@ -32,6 +32,9 @@ pub struct AppletConfig {
     /// Largest module the proxy fetches and compiles.
     #[serde(with = "bytesize_serde")]
     pub max_module: u64,
+    /// Compiled modules kept (by content, and by URL); beyond it the least recently loaded
+    /// is dropped (and fetched again when a hit needs it).
+    pub max_modules: usize,
     /// A fetched module is used this long, then fetched again on its next use.
     #[serde(with = "humantime_serde")]
     pub module_ttl: Duration,
@@ -94,6 +97,7 @@ impl Default for AppletConfig {
             max_output: 16 << 20,
             max_copy: 64 << 20,
             max_module: 4 << 20,
+            max_modules: 256,
             module_ttl: Duration::from_secs(600),
             kv_max: 256 << 10,
             log_per_run: 16 << 10,
@@ -129,6 +133,9 @@ impl AppletConfig {
         }
         if self.memory < 1 << 16 || self.memory > 1 << 32 {
             return Err(("applets.memory", "must be between 64 KiB and 4 GiB".into()));
+        }
+        if self.max_modules == 0 {
+            return Err(("applets.max_modules", "must be at least 1".into()));
         }
         if self.instances == 0 {
             return Err(("applets.instances", "must be at least 1".into()));

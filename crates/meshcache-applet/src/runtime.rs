@@ -175,6 +175,30 @@ impl std::fmt::Debug for Applet {
     }
 }
 
+/// Compiled modules by content hash, the oldest loaded dropped beyond the bound (a module in
+/// use stays alive with its users; only the cache forgets it).
+#[derive(Default)]
+struct Modules {
+    by_hash: HashMap<[u8; 32], Arc<Applet>>,
+    order: std::collections::VecDeque<[u8; 32]>,
+}
+
+impl Modules {
+    fn insert(&mut self, hash: [u8; 32], applet: Arc<Applet>, max: usize) {
+        if self.by_hash.insert(hash, applet).is_none() {
+            self.order.push_back(hash);
+        }
+        while self.by_hash.len() > max {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.by_hash.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
 /// Counters of what runs did; the proxy's metrics read them.
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -217,7 +241,7 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<RunState>,
     config: AppletConfig,
-    modules: Mutex<HashMap<[u8; 32], Arc<Applet>>>,
+    modules: Mutex<Modules>,
     kv: Arc<KvStores>,
     verified: Arc<VerifyMemo>,
     /// Log records waiting for delivery.
@@ -232,7 +256,7 @@ pub struct Runtime {
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("modules", &self.modules.lock().len())
+            .field("modules", &self.modules.lock().by_hash.len())
             .finish()
     }
 }
@@ -267,7 +291,7 @@ impl Runtime {
             linker,
             logs: Arc::new(LogSpool::new(config.log_queue)),
             config,
-            modules: Mutex::new(HashMap::new()),
+            modules: Mutex::new(Modules::default()),
             kv: Arc::new(KvStores::default()),
             verified: Arc::new(VerifyMemo::default()),
             counters: Counters::default(),
@@ -316,14 +340,16 @@ impl Runtime {
         }
         self.start_ticker()?;
         let hash: [u8; 32] = Sha256::digest(bytes).into();
-        if let Some(a) = self.modules.lock().get(&hash) {
+        if let Some(a) = self.modules.lock().by_hash.get(&hash) {
             return Ok(a.clone());
         }
         let compiled = self.compile_new(bytes, hash);
         match &compiled {
             Ok(a) => {
                 self.counters.compiled.fetch_add(1, Relaxed);
-                self.modules.lock().insert(hash, a.clone());
+                self.modules
+                    .lock()
+                    .insert(hash, a.clone(), self.config.max_modules);
             }
             Err(_) => {
                 self.counters.compile_failed.fetch_add(1, Relaxed);
@@ -350,7 +376,7 @@ impl Runtime {
 
     /// Modules compiled and kept.
     pub fn modules(&self) -> usize {
-        self.modules.lock().len()
+        self.modules.lock().by_hash.len()
     }
 
     /// Bytes one origin's store holds.

@@ -387,3 +387,26 @@ fn an_applet_that_keeps_faulting_is_quarantined() {
         Verdict::Cached
     ));
 }
+
+#[test]
+fn the_compiled_module_cache_is_bounded() {
+    let rt = Runtime::new(AppletConfig {
+        max_modules: 2,
+        instances: 8,
+        ..AppletConfig::default()
+    })
+    .expect("runtime starts");
+    let m = |n: i32| module("", "", &format!("i32.const 0 i32.const {n} drop"));
+    let first = rt.compile(&m(1)).expect("compiles");
+    rt.compile(&m(2)).expect("compiles");
+    rt.compile(&m(3)).expect("compiles");
+    assert_eq!(rt.modules(), 2);
+    // The oldest was forgotten by the cache, not taken from its user: it still runs.
+    assert!(matches!(
+        rt.run(&first, inv(b""), Arc::new(NoItems)),
+        Verdict::Cached
+    ));
+    let again = rt.compile(&m(1)).expect("compiles");
+    assert!(!Arc::ptr_eq(&first, &again), "compiled anew");
+    assert_eq!(rt.modules(), 2);
+}

@@ -96,6 +96,8 @@ pub struct Active {
     runtime: Runtime,
     bindings: Vec<Bound>,
     modules: Mutex<HashMap<String, Slot>>,
+    /// One fetch at a time per module URL: the other first hits wait for it.
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Counters.
     pub counters: ProxyCounters,
 }
@@ -147,6 +149,7 @@ impl Active {
             runtime,
             bindings,
             modules: Mutex::new(HashMap::new()),
+            fetching: Mutex::new(HashMap::new()),
             counters: ProxyCounters::default(),
         })))
     }
@@ -207,11 +210,31 @@ impl Active {
 
     /// The compiled module at `url`: fetched from its origin and compiled on first use.
     async fn module(self: &Arc<Self>, shared: &Shared, url: &str) -> Result<Arc<Applet>, String> {
-        if let Some(Slot::Failed { until, why }) = self.modules.lock().get(url) {
-            if Instant::now() < *until {
-                return Err(why.clone());
+        let flight = self
+            .fetching
+            .lock()
+            .entry(url.to_owned())
+            .or_default()
+            .clone();
+        let _one_at_a_time = flight.lock().await;
+        // Another hit may have fetched it (or failed to) while this one waited.
+        match self.modules.lock().get(url) {
+            Some(Slot::Ready { applet, at }) if at.elapsed() < self.runtime.config().module_ttl => {
+                return Ok(applet.clone())
             }
+            Some(Slot::Failed { until, why }) if Instant::now() < *until => return Err(why.clone()),
+            _ => {}
         }
+        let got = self.fetch_and_compile(shared, url).await;
+        self.fetching.lock().remove(url);
+        got
+    }
+
+    async fn fetch_and_compile(
+        self: &Arc<Self>,
+        shared: &Shared,
+        url: &str,
+    ) -> Result<Arc<Applet>, String> {
         self.counters.module_fetches.fetch_add(1, Relaxed);
         let got = match fetch_module(shared, url, self.runtime.config().max_module).await {
             Ok(bytes) => {
@@ -224,6 +247,20 @@ impl Active {
             Err(e) => Err(e),
         };
         let mut modules = self.modules.lock();
+        if modules.len() >= self.runtime.config().max_modules && !modules.contains_key(url) {
+            // Make room: the slot loaded longest ago goes (a failure's retry time counts as
+            // its load time).
+            let oldest = modules
+                .iter()
+                .min_by_key(|(_, slot)| match slot {
+                    Slot::Ready { at, .. } => *at,
+                    Slot::Failed { until, .. } => *until - FAILED_MODULE_RETRY,
+                })
+                .map(|(u, _)| u.clone());
+            if let Some(oldest) = oldest {
+                modules.remove(&oldest);
+            }
+        }
         match got {
             Ok(applet) => {
                 modules.insert(

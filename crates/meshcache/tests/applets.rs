@@ -214,6 +214,32 @@ async fn null_runs_on_every_hit_and_its_module_is_fetched_once() {
     p.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_hits_fetch_the_module_once() {
+    let origin = TestOrigin::start().await;
+    origin.module("null");
+    origin.route("/doc", &[("cacheapplet", "/applets/null.wasm")], "hello");
+    let p = proxy().await;
+    let url = origin.url("/doc");
+    get(&p, &url, &[]).await;
+    let mut hits = Vec::new();
+    for _ in 0..10 {
+        let (addr, url) = (p.addr, url.clone());
+        hits.push(tokio::spawn(async move {
+            request(addr, "GET", &url, &[]).await
+        }));
+    }
+    for h in hits {
+        let r = h.await.expect("task");
+        assert_eq!((r.status, r.x_cache()), (200, "HIT"));
+    }
+    assert_eq!(origin.hits("/applets/null.wasm"), 1);
+    let s = p.stats().await;
+    assert_eq!(applets(&s)["module_fetches"], 1, "{s}");
+    assert_eq!(applets(&s)["runs"], 10, "{s}");
+    p.stop().await;
+}
+
 #[tokio::test]
 async fn log_records_reach_the_origin_by_post() {
     let origin = TestOrigin::start().await;
