@@ -253,3 +253,111 @@ fn run_bin(bin: &str, args: &[&str]) -> Output {
         .output()
         .expect("run meshcache")
 }
+
+/// Starts the binary on an ephemeral port with `extra` TOML (in `[http]`); returns it and its
+/// address.
+async fn spawn_bin(
+    dir: &std::path::Path,
+    extra: &str,
+) -> (std::process::Child, std::net::SocketAddr) {
+    let bin = env!("CARGO_BIN_EXE_meshcache");
+    let port = common::dead_port().await.port();
+    let conf = dir.join("node.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "name = \"bin\"\n[http]\nlisten = [\"127.0.0.1:{port}\"]\n{extra}\n[admin]\nlisten = \"off\"\n[log]\naccess = \"{}\"\n",
+            dir.join("a.log").display()
+        ),
+    )
+    .expect("write");
+    let child = Command::new(bin)
+        .args(["run", "-c", conf.to_str().expect("path")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return (child, addr);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("proxy did not start");
+}
+
+/// Waits (at most 2 s) until the origin has seen `path` once.
+async fn at_origin(origin: &Origin, path: &str) {
+    for _ in 0..200 {
+        if origin.hits(path) == 1 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{path} never reached the origin");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_lets_an_in_flight_request_finish_then_exits() {
+    let origin = Origin::start().await.expect("origin");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (child, addr) = spawn_bin(dir.path(), "").await;
+    let path = "/slow?delay_ms=700&size=50000";
+    let url = origin.url(path);
+    let in_flight = tokio::spawn(async move { get(addr, &url).await });
+    // The request is at the origin, waiting out its delay, when the signal comes.
+    at_origin(&origin, path).await;
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let r = in_flight.await.expect("task");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.body,
+        meshcache_lab::expected_body(50000),
+        "the whole body"
+    );
+    let mut child = child;
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("join")
+        .expect("wait");
+    assert!(status.success(), "clean exit on SIGINT");
+    // No new connection is taken any more.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_waiting_for_a_stalled_request_after_the_grace_period() {
+    use tokio::io::AsyncWriteExt;
+    let origin = Origin::start().await.expect("origin");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (child, addr) = spawn_bin(dir.path(), "shutdown_grace = \"300ms\"").await;
+    // The origin sends the head, then stalls the body for a minute; the client keeps its
+    // connection open (and reads nothing) for as long as the test lasts.
+    let path = "/stall?stall_ms=60000&size=1000";
+    let mut client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    client
+        .write_all(format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url(path)).as_bytes())
+        .await
+        .expect("write");
+    at_origin(&origin, path).await;
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    let mut child = child;
+    // Bounded by the grace period (300 ms), not by the stall (a minute) nor by the default
+    // grace (10 s): the process is gone within a few seconds.
+    let exited = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::task::spawn_blocking(move || child.wait()),
+    )
+    .await
+    .expect("exited within the grace period, not the stall")
+    .expect("join")
+    .expect("wait");
+    assert!(exited.success(), "{exited:?}");
+    drop(client);
+}
