@@ -271,9 +271,9 @@ async fn spawn_bin(
         ),
     )
     .expect("write");
-    let child = Command::new(bin)
+    let mut child = Command::new(bin)
         .args(["run", "-c", conf.to_str().expect("path")])
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
@@ -283,6 +283,8 @@ async fn spawn_bin(
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("proxy did not start");
 }
 
