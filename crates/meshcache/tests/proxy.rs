@@ -514,3 +514,60 @@ async fn a_truncated_origin_body_is_never_stored() {
     assert_eq!(stats["store"]["objects"], 0, "{stats}");
     proxy.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collapsed_request_waits_at_most_collapse_timeout_then_fetches_itself() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|c| c.cache.collapse_timeout = Duration::from_millis(200)).await;
+    let path = "/collapse?delay_ms=1500&size=100&cc=max-age=60";
+    let url = origin.url(path);
+    let (addr, leader_url) = (proxy.addr, url.clone());
+    let leader = tokio::spawn(async move { get(addr, &leader_url).await });
+    for _ in 0..200 {
+        if origin.hits(path) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The follower gives up waiting for the leader's slow fetch and asks the origin itself
+    // (had it waited for the leader, the stored copy would have served it: one origin hit).
+    let follower = get(proxy.addr, &url).await;
+    assert_eq!(follower.status, 200);
+    assert_eq!(origin.hits(path), 2, "the follower went upstream itself");
+    assert_eq!(leader.await.expect("leader").status, 200);
+    let stats = proxy.stats().await;
+    assert_eq!(stats["collapsed"], 1, "{stats}");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_response_head_is_relayed_before_its_body_has_arrived() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    // The origin sends the head at once and the body two seconds later.
+    let url = origin.url("/streamed?stall_ms=2000&size=1000");
+    let mut s = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut head = Vec::new();
+    let got_head = tokio::time::timeout(Duration::from_millis(1500), async {
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).await.expect("read");
+            assert!(n > 0, "closed early");
+            head.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(
+        got_head.is_ok(),
+        "the head waited for the body: {:?}",
+        String::from_utf8_lossy(&head)
+    );
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
+    proxy.stop().await;
+}
