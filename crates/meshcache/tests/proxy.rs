@@ -571,3 +571,40 @@ async fn a_response_head_is_relayed_before_its_body_has_arrived() {
     assert!(head.starts_with(b"HTTP/1.1 200"), "{head:?}");
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn hop_by_hop_response_headers_stop_at_the_proxy_on_misses_and_hits() {
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    // The origin names X-Secret as hop-by-hop in Connection, and sends Keep-Alive and
+    // an end-to-end header beside them.
+    let url = origin.url(
+        "/hop?size=10&cc=max-age=60&hdr=Connection:x-secret&hdr=X-Secret:1&hdr=Keep-Alive:timeout=5&hdr=X-Kept:yes",
+    );
+    for expect in ["MISS", "HIT"] {
+        let r = get(proxy.addr, &url).await;
+        assert_eq!((r.status, r.x_cache()), (200, expect));
+        assert_eq!(
+            r.header("x-kept"),
+            "yes",
+            "{expect}: end-to-end headers pass"
+        );
+        assert!(
+            r.headers.get("x-secret").is_none(),
+            "{expect}: {:?}",
+            r.headers
+        );
+        assert!(
+            r.headers.get("keep-alive").is_none(),
+            "{expect}: {:?}",
+            r.headers
+        );
+        assert!(
+            !r.header("connection").contains("x-secret"),
+            "{expect}: {:?}",
+            r.headers
+        );
+        assert!(r.header("via").contains("testcache"), "{expect}: Via added");
+    }
+    proxy.stop().await;
+}
