@@ -747,3 +747,46 @@ fn the_applet_commands_check_modules_and_run_one() {
     assert!(stdout.contains("content-type: text/html"), "{stdout}");
     assert!(stdout.contains("hi 127.0.0.7!"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sibling_fetching_a_hit_runs_the_applet_there_and_on_its_own_hits() {
+    let origin = TestOrigin::start().await;
+    origin.module("log");
+    origin.route(
+        "/shared",
+        &[("cacheapplet", "/applets/log.wasm; log=/hits")],
+        "shared",
+    );
+    let nodes = common::full_mesh(&["a", "b"], true, meshcache_dcm::Role::Sibling, |_, c| {
+        c.applets.log_interval = Duration::from_millis(50);
+    });
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let url = origin.url("/shared");
+    assert_eq!(get(a, &url, &[]).await.x_cache(), "MISS");
+    // A first miss through b wakes a up as its peer (a peer never heard from is not waited for).
+    origin.route("/warmup", &[], "w");
+    get(b, &origin.url("/warmup"), &[]).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // b misses, finds the copy at a by ICP and fetches it there: a's hit runs the applet (the
+    // peer is its client), and b stores the copy with its CacheApplet header.
+    let r = get(b, &url, &[]).await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"shared"[..]));
+    assert_eq!(
+        origin.hits("/shared"),
+        1,
+        "served by the sibling, not the origin"
+    );
+    assert!(common::hier_of(b, &url).await.starts_with("SIBLING_HIT/"));
+    assert_eq!(applets(&a.stats().await)["runs"], 1);
+    // b's own hit runs the applet too.
+    assert_eq!(get(b, &url, &[]).await.x_cache(), "HIT");
+    let sb = b.stats().await;
+    assert_eq!(applets(&sb)["runs"], 1, "{sb}");
+    eventually("a record from each node", || {
+        origin.posted("/hits").lines().count() == 2
+    })
+    .await;
+    for n in nodes {
+        n.stop().await;
+    }
+}
