@@ -21,16 +21,16 @@ pub struct AppletConfig {
     #[serde(with = "humantime_serde")]
     pub cpu_max: Duration,
     /// Linear memory an applet instance may grow to.
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub memory: u64,
     /// Largest body an applet may build (with `write` and `write_item`).
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub max_output: u64,
     /// Most bytes a run may copy out of the proxy into its memory (inputs, items, store reads).
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub max_copy: u64,
     /// Largest module the proxy fetches and compiles.
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub max_module: u64,
     /// Compiled modules kept (by content, and by URL); beyond it the least recently loaded
     /// is dropped (and fetched again when a hit needs it).
@@ -39,17 +39,17 @@ pub struct AppletConfig {
     #[serde(with = "humantime_serde")]
     pub module_ttl: Duration,
     /// Key/value bytes (keys plus values) one origin's applets may keep.
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub kv_max: u64,
     /// Log bytes one run may append.
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub log_per_run: u64,
     /// Log bytes held for one destination while they wait for delivery; beyond it records
     /// are dropped and counted.
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub log_queue: u64,
     /// Largest log batch sent in one POST.
-    #[serde(with = "bytesize_serde")]
+    #[serde(with = "size")]
     pub log_batch: u64,
     /// How often pending log records are sent.
     #[serde(with = "humantime_serde")]
@@ -184,14 +184,17 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
-mod bytesize_serde {
-    //! Sizes as human text ("16 MiB") or plain byte counts, as everywhere in the config.
+/// Sizes in the config, as human text (`"16 MiB"`) or plain byte counts: the format of every
+/// size key, shared with the proxy's own sections (`#[serde(with = "size")]`).
+pub mod size {
     use serde::{Deserialize, Deserializer, Serializer};
 
+    /// Writes a size as IEC text ("16 MiB").
     pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&bytesize::ByteSize(*v).display().iec().to_string())
     }
 
+    /// Reads a size from text ("256 MiB", "64 KiB") or a byte count.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
@@ -202,7 +205,9 @@ mod bytesize_serde {
         match Raw::deserialize(d)? {
             Raw::Bytes(n) => Ok(n),
             Raw::Text(t) => t.parse::<bytesize::ByteSize>().map(|b| b.0).map_err(|e| {
-                serde::de::Error::custom(format!("invalid size {t:?} ({e}); write e.g. \"16 MiB\""))
+                serde::de::Error::custom(format!(
+                    "invalid size {t:?} ({e}); write e.g. \"256 MiB\""
+                ))
             }),
         }
     }

@@ -434,31 +434,41 @@ pub(crate) async fn on_hit(
     }
 }
 
-/// Splits an absolute `http://` URL into host, port and origin-form path.
-fn split_url(url: &str) -> Option<(String, u16, String)> {
+/// Where an absolute `http://` URL points: host, port, origin-form path, and the `Host` header.
+struct UrlParts {
+    host: String,
+    port: u16,
+    path: Uri,
+    host_header: HeaderValue,
+}
+
+fn split_url(url: &str) -> Option<UrlParts> {
     let uri: Uri = url.parse().ok()?;
     if uri.scheme_str() != Some("http") {
         return None;
     }
     let auth = uri.authority()?;
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-    Some((auth.host().to_owned(), auth.port_u16().unwrap_or(80), path))
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    Some(UrlParts {
+        host: auth.host().to_owned(),
+        port: auth.port_u16().unwrap_or(80),
+        path: Uri::try_from(path).ok()?,
+        host_header: HeaderValue::from_str(auth.as_str()).ok()?,
+    })
 }
 
 /// GETs a module from its origin (not through the cache: modules are code, fetched fresh).
 async fn fetch_module(shared: &Shared, url: &str, max: u64) -> Result<Bytes, String> {
-    let (host, port, path) = split_url(url).ok_or_else(|| format!("bad module URL {url}"))?;
+    let UrlParts {
+        host,
+        port,
+        path,
+        host_header,
+    } = split_url(url).ok_or_else(|| format!("bad module URL {url}"))?;
     let mut req = Request::new(crate::upstream::no_body());
     *req.method_mut() = Method::GET;
-    *req.uri_mut() = Uri::try_from(path).map_err(|e| e.to_string())?;
-    let authority = if port == 80 {
-        host.clone()
-    } else {
-        format!("{host}:{port}")
-    };
-    if let Ok(v) = HeaderValue::from_str(&authority) {
-        req.headers_mut().insert(header::HOST, v);
-    }
+    *req.uri_mut() = path;
+    req.headers_mut().insert(header::HOST, host_header);
     req.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/wasm"));
     req.headers_mut().insert(header::VIA, shared.via.clone());
@@ -488,8 +498,12 @@ async fn fetch_module(shared: &Shared, url: &str, max: u64) -> Result<Bytes, Str
 
 /// POSTs one log batch; `Ok` on a 2xx answer.
 async fn post_log(shared: &Shared, destination: &str, body: Bytes) -> Result<(), String> {
-    let (host, port, path) =
-        split_url(destination).ok_or_else(|| format!("bad log URL {destination}"))?;
+    let UrlParts {
+        host,
+        port,
+        path,
+        host_header,
+    } = split_url(destination).ok_or_else(|| format!("bad log URL {destination}"))?;
     let addr = match shared.upstream.static_address(&host) {
         Some(ip) => std::net::SocketAddr::new(ip, port),
         None => tokio::net::lookup_host((host.as_str(), port))
@@ -509,16 +523,9 @@ async fn post_log(shared: &Shared, destination: &str, body: Bytes) -> Result<(),
         tokio::spawn(conn);
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = Method::POST;
-        *req.uri_mut() = Uri::try_from(path).map_err(|e| e.to_string())?;
+        *req.uri_mut() = path;
         let h = req.headers_mut();
-        let authority = if port == 80 {
-            host.clone()
-        } else {
-            format!("{host}:{port}")
-        };
-        if let Ok(v) = HeaderValue::from_str(&authority) {
-            h.insert(header::HOST, v);
-        }
+        h.insert(header::HOST, host_header);
         h.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),

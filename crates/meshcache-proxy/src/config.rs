@@ -10,7 +10,6 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bytesize::ByteSize;
 use ipnet::IpNet;
 use meshcache_store::Replacement;
 use serde::{Deserialize, Serialize};
@@ -757,32 +756,8 @@ mod off {
     }
 }
 
-/// Sizes as human strings ("256 MiB") or plain byte counts.
-mod size {
-    use super::*;
-    use serde::{Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&ByteSize(*v).display().iec().to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Bytes(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Bytes(n) => Ok(n),
-            Raw::Text(t) => t.parse::<ByteSize>().map(|b| b.0).map_err(|e| {
-                serde::de::Error::custom(format!(
-                    "invalid size {t:?} ({e}); write e.g. \"256 MiB\""
-                ))
-            }),
-        }
-    }
-}
+/// Sizes as human strings ("256 MiB") or plain byte counts (one format for every section).
+use meshcache_applet::config::size;
 
 /// Optional sizes.
 mod opt_size {

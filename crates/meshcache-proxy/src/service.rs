@@ -675,6 +675,23 @@ async fn revalidate(
         txn.hierarchy = fwd.hier;
         txn.peer = fwd.lease.peer().map(|ip| ip.to_string());
     }
+    // Upstream failed (no answer, or a 5xx) within stale-if-error: the stored copy is served.
+    let failed = result
+        .as_ref()
+        .map_or(true, |fwd| fwd.response.status().is_server_error());
+    if failed && object.freshness.stale_if_error_allows(now_after) {
+        return serve_hit(
+            shared,
+            txn,
+            parts,
+            target,
+            object,
+            ResultCode::TcpRefreshFailOld,
+            now_after,
+            "hit; fwd=stale; detail=stale-if-error",
+        )
+        .await;
+    }
     match result {
         Ok(fwd)
             if fwd.response.status() == StatusCode::NOT_MODIFIED
@@ -716,22 +733,6 @@ async fn revalidate(
             )
             .await
         }
-        Ok(fwd)
-            if fwd.response.status().is_server_error()
-                && object.freshness.stale_if_error_allows(now_after) =>
-        {
-            serve_hit(
-                shared,
-                txn,
-                parts,
-                target,
-                object,
-                ResultCode::TcpRefreshFailOld,
-                now_after,
-                "hit; fwd=stale; detail=stale-if-error",
-            )
-            .await
-        }
         Ok(fwd) => {
             let mut req_parts = parts;
             req_parts.headers = client_headers;
@@ -746,19 +747,6 @@ async fn revalidate(
                 ResultCode::TcpRefreshModified,
                 now_after,
             )
-        }
-        Err(_) if object.freshness.stale_if_error_allows(now_after) => {
-            serve_hit(
-                shared,
-                txn,
-                parts,
-                target,
-                object,
-                ResultCode::TcpRefreshFailOld,
-                now_after,
-                "hit; fwd=stale; detail=stale-if-error",
-            )
-            .await
         }
         Err(e) => {
             txn.result = ResultCode::TcpRefreshFailErr;

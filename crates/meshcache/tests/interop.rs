@@ -203,31 +203,9 @@ async fn the_binary_prints_and_checks_configs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_runs_a_proxy_and_stops_on_sigterm() {
-    let bin = env!("CARGO_BIN_EXE_meshcache");
     let origin = Origin::start().await.expect("origin");
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = common::dead_port().await.port();
-    let conf = dir.path().join("node.toml");
-    std::fs::write(
-        &conf,
-        format!("name = \"bin\"\n[http]\nlisten = [\"127.0.0.1:{port}\"]\n[admin]\nlisten = \"off\"\n[log]\naccess = \"{}\"\n", dir.path().join("a.log").display()),
-    )
-    .expect("write");
-    let mut child = Command::new(bin)
-        .args(["run", "-c", conf.to_str().expect("path")])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
-    let mut up = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    assert!(up, "proxy did not start");
+    let (mut child, addr) = spawn_bin(dir.path(), "").await;
     let r = get(addr, &origin.url("/bin?size=3")).await;
     assert_eq!(r.header("x-cache"), "MISS from bin");
     let pid = child.id().to_string();

@@ -600,31 +600,14 @@ async fn tshark_decodes_every_icp_packet_meshcache_sends() {
 
     // No malformed packet, no expert info, on anything meshcache sent.
     let from_filter = format!("ip.src=={m_ip} && udp.srcport=={port}");
-    let (ok, out, err) = run(
-        &tshark,
-        &[
-            "-r",
-            &file,
-            "-d",
-            &decode_as,
-            "-Y",
-            &format!("({from_filter}) && (_ws.malformed || _ws.expert || !icp)"),
-        ],
-    );
+    let flagged = format!("({from_filter}) && (_ws.malformed || _ws.expert || !icp)");
+    let (ok, out, err) = run(&tshark, &["-r", &file, "-d", &decode_as, "-Y", &flagged]);
     assert!(ok, "{err}");
     if !out.trim().is_empty() {
         // Say why tshark flagged them: its expert notes and malformation markers.
         let (_, why, _) = run(
             &tshark,
-            &[
-                "-r",
-                &file,
-                "-d",
-                &decode_as,
-                "-Y",
-                &format!("({from_filter}) && (_ws.malformed || _ws.expert || !icp)"),
-                "-V",
-            ],
+            &["-r", &file, "-d", &decode_as, "-Y", &flagged, "-V"],
         );
         let notes: Vec<&str> = why
             .lines()
