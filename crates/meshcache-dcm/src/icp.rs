@@ -139,15 +139,25 @@ struct Pending {
     host: String,
     url: String,
     sent: Instant,
-    expecting: Vec<PeerId>,
-    replied: Vec<PeerId>,
+    /// Per peer: [`EXPECTED`] and [`REPLIED`] bits (a search may ask hundreds of peers in the
+    /// simulator: membership must not cost a scan).
+    marks: Vec<u8>,
+    /// Expected peers that have not replied yet.
+    awaiting: usize,
     /// Best parent MISS so far: (peer, score, code); lower score is better.
     best_miss: Option<(PeerId, u64, HierCode)>,
 }
 
+/// [`Pending::marks`]: the peer's reply is waited for.
+const EXPECTED: u8 = 1;
+/// [`Pending::marks`]: the peer has replied.
+const REPLIED: u8 = 2;
+
 /// The ICP protocol state of one node: its peers and its searches in flight.
 pub struct IcpMesh {
     peers: Vec<Peer>,
+    /// Peers by ICP address.
+    by_addr: HashMap<SocketAddr, PeerId>,
     config: IcpConfig,
     next_reqnum: u32,
     pending: HashMap<u32, Pending>,
@@ -156,7 +166,14 @@ pub struct IcpMesh {
 impl IcpMesh {
     /// A mesh with these peers, none heard from yet.
     pub fn new(peers: Vec<PeerSpec>, config: IcpConfig) -> Self {
+        let mut by_addr = HashMap::new();
+        for (i, p) in peers.iter().enumerate() {
+            if let Some(addr) = p.icp {
+                by_addr.entry(addr).or_insert(PeerId(i));
+            }
+        }
         IcpMesh {
+            by_addr,
             peers: peers.into_iter().map(Peer::new).collect(),
             config,
             next_reqnum: 1,
@@ -176,10 +193,7 @@ impl IcpMesh {
 
     /// The peer whose ICP address is `addr` (address and port must both match, as in Squid).
     pub fn peer_at(&self, addr: SocketAddr) -> Option<PeerId> {
-        self.peers
-            .iter()
-            .position(|p| p.spec.icp == Some(addr))
-            .map(PeerId)
+        self.by_addr.get(&addr).copied()
     }
 
     fn take_reqnum(&mut self) -> u32 {
@@ -280,14 +294,18 @@ impl IcpMesh {
             };
         }
         let deadline = now + self.wait_for(&expecting);
+        let mut marks = vec![0; self.peers.len()];
+        for id in &expecting {
+            marks[id.0] = EXPECTED;
+        }
         self.pending.insert(
             reqnum,
             Pending {
                 host: host.to_owned(),
                 url: url.to_owned(),
                 sent: now,
-                expecting,
-                replied: Vec::new(),
+                marks,
+                awaiting: expecting.len(),
                 best_miss: None,
             },
         );
@@ -315,11 +333,14 @@ impl IcpMesh {
             }
             return None;
         };
-        if pending.url != reply.url || pending.replied.contains(&id) {
+        if pending.url != reply.url || pending.marks[id.0] & REPLIED != 0 {
             return None;
         }
         let elapsed = now.saturating_duration_since(pending.sent);
-        pending.replied.push(id);
+        if pending.marks[id.0] & EXPECTED != 0 {
+            pending.awaiting -= 1;
+        }
+        pending.marks[id.0] |= REPLIED;
         let role = peer.spec.role;
         match (reply.kind, role) {
             (ReplyKind::Hit, _) => {
@@ -349,11 +370,7 @@ impl IcpMesh {
             }
             _ => {}
         }
-        let all_in = pending
-            .expecting
-            .iter()
-            .all(|e| pending.replied.contains(e));
-        if all_in {
+        if pending.awaiting == 0 {
             let route = self.decide(now, reply.reqnum, false)?;
             return Some((reply.reqnum, route));
         }
@@ -427,14 +444,10 @@ impl IcpMesh {
     /// The deadline of search `reqnum` passed. Returns its route if it was still undecided.
     pub fn on_deadline(&mut self, now: Instant, reqnum: u32) -> Option<Route> {
         if let Some(p) = self.pending.get(&reqnum) {
-            let silent: Vec<PeerId> = p
-                .expecting
-                .iter()
-                .copied()
-                .filter(|e| !p.replied.contains(e))
-                .collect();
-            for id in silent {
-                self.peers[id.0].stats.timeouts += 1;
+            for (peer, &mark) in self.peers.iter_mut().zip(&p.marks) {
+                if mark == EXPECTED {
+                    peer.stats.timeouts += 1;
+                }
             }
         }
         self.decide(now, reqnum, true)

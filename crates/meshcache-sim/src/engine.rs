@@ -1,0 +1,732 @@
+//! The discrete-event engine: a virtual clock, an event queue, and the life of every request
+//! through the mesh.
+//!
+//! A client request reaches its cache (client `c` → leaf `c mod caches`), which looks in its
+//! store; a miss joins a fetch already under way for the same object (collapsed forwarding)
+//! or starts the protocol's search — the `meshcache-dcm` machine of the node, called exactly
+//! as the proxy's cooperation driver calls it — and then tries the route's hops in order: a
+//! sibling is asked `only-if-cached` (a miss there answers 504 and the next hop is tried), a
+//! parent serves or fetches, the origin always serves. Responses are stored (unless the peer
+//! is `proxy_only` or the object is not cacheable), which emits the store's events to the
+//! protocol, and go back hop by hop to the client.
+//!
+//! Time: every datagram and HTTP exchange costs CPU at both ends (a FIFO server per node,
+//! whose backlog is the node's queueing delay), serialization on the sender's interface and
+//! on the shared network between proxies, and the link's latency. Protocol state changes take
+//! effect when a message arrives; what the node sends in answer leaves when its CPU is done.
+//! `meshcache-dcm` takes `std::time::Instant`s: virtual time `t` ns is `base + t`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use meshcache_dcm::icp::{answer, Holding, Outcome};
+use meshcache_dcm::{Hop, PeerId, Reply, ReplyKind, Role, Route};
+use meshcache_store::StoreEvent;
+
+use crate::mesh::{self, icp_addr, Node, NodeIx};
+use crate::results::{Classified, Kind, Results, Traffic};
+use crate::spec::{Protocol, Replay, SimSpec};
+use crate::trace::Trace;
+
+/// ICP header (20 bytes) plus the query's requester field (4).
+const ICP_QUERY_OVERHEAD: u64 = 24;
+/// ICP header.
+const ICP_REPLY_OVERHEAD: u64 = 20;
+/// IPv4 and UDP headers of a datagram.
+const UDP_IP: u64 = 28;
+
+/// Where a response came from, as the requester sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// From this node's store.
+    Store(NodeIx),
+    /// Joined a fetch under way at this node (collapsed forwarding).
+    Collapsed(NodeIx),
+    /// From the origin (directly, or through parents that missed).
+    Origin,
+    /// `only-if-cached` and not held: 504.
+    Refused,
+}
+
+/// Who is waiting for a job's response.
+#[derive(Clone, Copy, Debug)]
+enum From {
+    /// The client of trace request `req`.
+    Client(u32),
+    /// Another node's job.
+    Peer(u32),
+}
+
+/// A request being handled at one node.
+#[derive(Debug)]
+struct Job {
+    node: NodeIx,
+    req: u32,
+    from: From,
+    only_if_cached: bool,
+    hops: Vec<Hop>,
+    next: usize,
+    /// The peer hop in progress.
+    current: Option<PeerId>,
+}
+
+/// Something that happens at a virtual time.
+#[derive(Debug)]
+pub(crate) enum Ev {
+    /// Trace request `req` reaches its cache.
+    Arrive { job: u32 },
+    /// A datagram reaches `to`.
+    Datagram {
+        to: NodeIx,
+        from: NodeIx,
+        payload: Payload,
+    },
+    /// The ICP wait of search `reqnum` at `node` ends.
+    Deadline { node: NodeIx, reqnum: u32 },
+    /// The response to `job`'s current hop arrives at its node.
+    Response { job: u32, served: Served },
+    /// The client of `req` has its whole response.
+    ClientDone { req: u32, served: Served, node: NodeIx },
+}
+
+/// What a datagram carries.
+#[derive(Debug)]
+pub(crate) enum Payload {
+    /// ICP_OP_QUERY for an object.
+    IcpQuery { obj: u32, reqnum: u32 },
+    /// The reply.
+    IcpReply {
+        obj: u32,
+        reqnum: u32,
+        kind: ReplyKind,
+    },
+}
+
+struct Item {
+    t: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Self) -> bool {
+        (self.t, self.seq) == (other.t, other.seq)
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Item {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.t, self.seq).cmp(&(other.t, other.seq))
+    }
+}
+
+/// Reports progress and honours interruption.
+pub struct Control<'a> {
+    /// Set to stop the run early; what was measured so far is reported.
+    pub stop: &'a AtomicBool,
+    /// Called now and then with the number of requests answered.
+    pub progress: &'a mut dyn FnMut(u64),
+}
+
+/// A simulation in progress.
+pub struct Sim<'a> {
+    spec: &'a SimSpec,
+    trace: &'a Trace,
+    nodes: Vec<Node>,
+    base: Instant,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Item>>,
+    /// Events in the queue that are not ICP deadlines (serial replay waits for none left).
+    work: u64,
+    jobs: Vec<Option<Job>>,
+    free_jobs: Vec<u32>,
+    /// When each request was issued.
+    issued: Vec<u64>,
+    /// Closed loop: each client's requests, and how far it has gone.
+    per_client: Vec<Vec<u32>>,
+    cursor: Vec<usize>,
+    /// Timed and serial replay: the next trace request to issue.
+    next_req: usize,
+    waiting_serial: bool,
+    net_free: u64,
+    origin_free: Vec<u64>,
+    classified: Classified,
+    traffic: Traffic,
+    latency: Histogram<u64>,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Transfer time of `bytes` at `bits_per_s` (0: instantaneous).
+fn wire(bytes: u64, bits_per_s: u64) -> u64 {
+    if bits_per_s == 0 {
+        0
+    } else {
+        (u128::from(bytes) * 8 * 1_000_000_000 / u128::from(bits_per_s)) as u64
+    }
+}
+
+impl<'a> Sim<'a> {
+    /// A mesh built from `spec`, ready to replay `trace`.
+    pub fn new(spec: &'a SimSpec, trace: &'a Trace) -> Sim<'a> {
+        let nodes = mesh::build(spec);
+        let mut per_client = vec![Vec::new(); trace.clients as usize];
+        if spec.replay.mode == Replay::Closed {
+            for (i, r) in trace.requests.iter().enumerate() {
+                per_client[r.client as usize].push(i as u32);
+            }
+        }
+        Sim {
+            spec,
+            trace,
+            nodes,
+            base: Instant::now(),
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            work: 0,
+            jobs: Vec::new(),
+            free_jobs: Vec::new(),
+            issued: vec![0; trace.requests.len()],
+            cursor: vec![0; per_client.len()],
+            per_client,
+            next_req: 0,
+            waiting_serial: false,
+            net_free: 0,
+            origin_free: vec![0; spec.net.origin_servers as usize],
+            classified: Classified::default(),
+            traffic: Traffic::default(),
+            latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+        }
+    }
+
+    /// Runs the trace to the end (or until `control.stop` is set) and reports.
+    pub fn run(mut self, control: Control<'_>) -> Results {
+        let wall = Instant::now();
+        let mut interrupted = false;
+        match self.spec.replay.mode {
+            Replay::Closed => {
+                for c in 0..self.per_client.len() {
+                    for _ in 0..self.spec.replay.outstanding {
+                        self.issue_next_of(c as u32);
+                    }
+                }
+            }
+            Replay::Serial => self.issue_serial(),
+            Replay::Timed => {}
+        }
+        let mut steps: u64 = 0;
+        loop {
+            steps += 1;
+            if steps % 65_536 == 0 {
+                (control.progress)(self.classified.requests);
+                if control.stop.load(Ordering::Relaxed) {
+                    interrupted = true;
+                    break;
+                }
+            }
+            // Timed replay: issue the next trace request when it comes before any event.
+            if self.spec.replay.mode == Replay::Timed && self.next_req < self.trace.requests.len()
+            {
+                let t = self.trace.requests[self.next_req].time_ns;
+                if self.queue.peek().is_none_or(|Reverse(i)| t <= i.t) {
+                    self.now = self.now.max(t);
+                    let r = self.next_req as u32;
+                    self.next_req += 1;
+                    self.issue(r);
+                    continue;
+                }
+            }
+            if self.waiting_serial && self.work == 0 {
+                self.waiting_serial = false;
+                self.issue_serial();
+                continue;
+            }
+            let Some(Reverse(item)) = self.queue.pop() else {
+                break;
+            };
+            if !matches!(item.ev, Ev::Deadline { .. }) {
+                self.work -= 1;
+            }
+            self.now = item.t;
+            self.handle(item.ev);
+        }
+        (control.progress)(self.classified.requests);
+        let wall = wall.elapsed();
+        crate::results::build(
+            self.spec,
+            self.trace,
+            &self.nodes,
+            self.classified,
+            self.traffic,
+            &self.latency,
+            self.now,
+            wall,
+            interrupted,
+        )
+    }
+
+    fn at(&self, t: u64) -> Instant {
+        self.base + Duration::from_nanos(t)
+    }
+
+    pub(crate) fn schedule(&mut self, t: u64, ev: Ev) {
+        if !matches!(ev, Ev::Deadline { .. }) {
+            self.work += 1;
+        }
+        self.seq += 1;
+        self.queue.push(Reverse(Item {
+            t,
+            seq: self.seq,
+            ev,
+        }));
+    }
+
+    /// Runs `cost` on `node`'s CPU from `t`: when it is done.
+    fn cpu(&mut self, node: NodeIx, t: u64, cost: u64) -> u64 {
+        let n = &mut self.nodes[node as usize];
+        let start = t.max(n.cpu_free);
+        n.cpu_free = start + cost;
+        n.stats.cpu_ns += cost;
+        n.cpu_free
+    }
+
+    /// Sends `bytes` from proxy `from` to proxy `to` at `t`: when they have all arrived.
+    fn between(&mut self, from: NodeIx, t: u64, bytes: u64) -> u64 {
+        let net = &self.spec.net;
+        let n = &mut self.nodes[from as usize];
+        let start = t.max(n.nic_free);
+        n.nic_free = start + wire(bytes, net.proxy_bandwidth);
+        let sent = n.nic_free;
+        let crossed = if net.network_bandwidth == 0 {
+            sent
+        } else {
+            let start = sent.max(self.net_free);
+            self.net_free = start + wire(bytes, net.network_bandwidth);
+            self.net_free
+        };
+        crossed + ns(net.latency)
+    }
+
+    // ----- clients -----
+
+    fn issue_next_of(&mut self, client: u32) {
+        let c = client as usize;
+        if let Some(&r) = self.per_client[c].get(self.cursor[c]) {
+            self.cursor[c] += 1;
+            self.issue(r);
+        }
+    }
+
+    fn issue_serial(&mut self) {
+        if self.next_req < self.trace.requests.len() {
+            let r = self.next_req as u32;
+            self.next_req += 1;
+            self.now = self.now.max(self.trace.requests[r as usize].time_ns);
+            self.waiting_serial = false;
+            self.issue(r);
+        }
+    }
+
+    fn issue(&mut self, req: u32) {
+        self.issued[req as usize] = self.now;
+        let r = self.trace.requests[req as usize];
+        let node = r.client % self.spec.mesh.caches;
+        self.nodes[node as usize].stats.client_requests += 1;
+        let job = self.new_job(Job {
+            node,
+            req,
+            from: From::Client(req),
+            only_if_cached: false,
+            hops: Vec::new(),
+            next: 0,
+            current: None,
+        });
+        let t = self.now + ns(self.spec.net.client_latency);
+        self.schedule(t, Ev::Arrive { job });
+    }
+
+    fn new_job(&mut self, job: Job) -> u32 {
+        match self.free_jobs.pop() {
+            Some(i) => {
+                self.jobs[i as usize] = Some(job);
+                i
+            }
+            None => {
+                self.jobs.push(Some(job));
+                (self.jobs.len() - 1) as u32
+            }
+        }
+    }
+
+    fn job(&self, job: u32) -> &Job {
+        self.jobs[job as usize].as_ref().expect("live job")
+    }
+
+    fn job_mut(&mut self, job: u32) -> &mut Job {
+        self.jobs[job as usize].as_mut().expect("live job")
+    }
+
+    // ----- events -----
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrive { job } => self.arrive(job),
+            Ev::Datagram { to, from, payload } => self.datagram(to, from, payload),
+            Ev::Deadline { node, reqnum } => self.deadline(node, reqnum),
+            Ev::Response { job, served } => self.response(job, served),
+            Ev::ClientDone { req, served, node } => self.client_done(req, served, node),
+        }
+    }
+
+    fn arrive(&mut self, job: u32) {
+        let (node, req, only_if_cached, from_peer) = {
+            let j = self.job(job);
+            (j.node, j.req, j.only_if_cached, matches!(j.from, From::Peer(_)))
+        };
+        let r = self.trace.requests[req as usize];
+        let t = self.cpu(node, self.now, ns(self.spec.net.cpu_request));
+        let obj = &self.trace.objects[r.obj as usize];
+        let n = &mut self.nodes[node as usize];
+        if from_peer {
+            n.stats.peer_requests += 1;
+        }
+        if n.store.get(&obj.key).is_some() {
+            n.stats.store_hits += 1;
+            self.respond(job, Served::Store(node), t);
+            return;
+        }
+        if only_if_cached {
+            self.respond(job, Served::Refused, t);
+            return;
+        }
+        if obj.cacheable {
+            if let Some(waiting) = n.fetching.get_mut(&r.obj) {
+                waiting.push(job);
+                return;
+            }
+            n.fetching.insert(r.obj, vec![job]);
+        }
+        self.search(job, t);
+    }
+
+    /// Starts the protocol's search for `job`'s object (a miss at its node).
+    fn search(&mut self, job: u32, t: u64) {
+        let (node, req) = {
+            let j = self.job(job);
+            (j.node, j.req)
+        };
+        let obj_ix = self.trace.requests[req as usize].obj;
+        let obj = &self.trace.objects[obj_ix as usize];
+        let at = self.at(t);
+        let n = &mut self.nodes[node as usize];
+        if n.peer_nodes.is_empty() {
+            self.follow(job, Route::direct(), t);
+            return;
+        }
+        if let Some(carp) = &n.carp {
+            let peers = n.mesh.peers();
+            let mut route = carp.route(&obj.url, &obj.host, |id| peers[id.0].http_up(at));
+            if route.hops.len() == 1 && self.spec.mesh.parents > 0 {
+                if let Outcome::Decided(r) = n.mesh.begin(at, &obj.url, &obj.host, false).outcome
+                {
+                    route = r;
+                }
+            }
+            self.follow(job, route, t);
+            return;
+        }
+        match self.spec.protocol.name {
+            Protocol::None | Protocol::Icp | Protocol::Carp => {}
+            other => unreachable!("{} is refused by Sim::check", other.as_str()),
+        }
+        let search = n.mesh.begin(at, &obj.url, &obj.host, true);
+        let url_len = obj.url.len() as u64;
+        let mut sent = t;
+        for (peer, _) in &search.queries {
+            let to = self.nodes[node as usize].peer_nodes[peer.0];
+            sent = self.cpu(node, sent, ns(self.spec.net.cpu_datagram));
+            self.send_datagram(
+                node,
+                to,
+                sent,
+                ICP_QUERY_OVERHEAD + url_len + 1,
+                Kind::IcpQuery,
+                Payload::IcpQuery {
+                    obj: obj_ix,
+                    reqnum: search.reqnum,
+                },
+            );
+        }
+        match search.outcome {
+            Outcome::Decided(route) => self.follow(job, route, t),
+            Outcome::Wait { deadline } => {
+                self.nodes[node as usize]
+                    .searches
+                    .insert(search.reqnum, job);
+                let d = u64::try_from(deadline.duration_since(self.base).as_nanos())
+                    .unwrap_or(u64::MAX);
+                self.schedule(
+                    d,
+                    Ev::Deadline {
+                        node,
+                        reqnum: search.reqnum,
+                    },
+                );
+            }
+        }
+    }
+
+    pub(crate) fn send_datagram(
+        &mut self,
+        from: NodeIx,
+        to: NodeIx,
+        t: u64,
+        bytes: u64,
+        kind: Kind,
+        payload: Payload,
+    ) {
+        self.traffic.count(kind, bytes);
+        self.nodes[from as usize].stats.datagrams_sent += 1;
+        let arrives = self.between(from, t, bytes + UDP_IP);
+        self.schedule(arrives, Ev::Datagram { to, from, payload });
+    }
+
+    fn datagram(&mut self, to: NodeIx, from: NodeIx, payload: Payload) {
+        let t = self.cpu(to, self.now, ns(self.spec.net.cpu_datagram));
+        self.nodes[to as usize].stats.datagrams_received += 1;
+        match payload {
+            Payload::IcpQuery { obj, reqnum } => {
+                let o = &self.trace.objects[obj as usize];
+                let n = &mut self.nodes[to as usize];
+                let asker = n.mesh.on_query(icp_addr(from), false);
+                let holding = if n.store.contains(&o.key) {
+                    Holding::Fresh
+                } else {
+                    Holding::Nothing
+                };
+                let kind = answer(asker, holding);
+                let bytes = ICP_REPLY_OVERHEAD + o.url.len() as u64 + 1;
+                let sent = self.cpu(to, t, ns(self.spec.net.cpu_datagram));
+                self.send_datagram(
+                    to,
+                    from,
+                    sent,
+                    bytes,
+                    Kind::IcpReply,
+                    Payload::IcpReply { obj, reqnum, kind },
+                );
+            }
+            Payload::IcpReply { obj, reqnum, kind } => {
+                let at = self.at(self.now);
+                let url = &self.trace.objects[obj as usize].url;
+                let n = &mut self.nodes[to as usize];
+                let decided = n.mesh.on_reply(
+                    at,
+                    icp_addr(from),
+                    Reply {
+                        kind,
+                        reqnum,
+                        url,
+                        src_rtt_ms: None,
+                    },
+                );
+                if let Some((reqnum, route)) = decided {
+                    if let Some(job) = n.searches.remove(&reqnum) {
+                        self.follow(job, route, t);
+                    }
+                }
+            }
+        }
+    }
+
+    fn deadline(&mut self, node: NodeIx, reqnum: u32) {
+        let at = self.at(self.now);
+        let n = &mut self.nodes[node as usize];
+        let Some(job) = n.searches.remove(&reqnum) else {
+            return;
+        };
+        let route = n.mesh.on_deadline(at, reqnum).unwrap_or_else(Route::direct);
+        self.follow(job, route, self.now);
+    }
+
+    fn follow(&mut self, job: u32, route: Route, t: u64) {
+        let j = self.job_mut(job);
+        j.hops = route.hops;
+        j.next = 0;
+        self.try_next(job, t);
+    }
+
+    /// Tries `job`'s next hop.
+    fn try_next(&mut self, job: u32, t: u64) {
+        let (node, req, hop) = {
+            let j = self.job_mut(job);
+            let hop = j.hops.get(j.next).copied().unwrap_or(Hop::Direct);
+            j.next += 1;
+            j.current = match hop {
+                Hop::Peer { peer, .. } => Some(peer),
+                Hop::Direct => None,
+            };
+            (j.node, j.req, hop)
+        };
+        let hdr = self.spec.net.http_header_bytes;
+        match hop {
+            Hop::Peer { peer, .. } => {
+                let n = &mut self.nodes[node as usize];
+                n.mesh.fetch_started(peer);
+                let role = n.mesh.peers()[peer.0].spec.role;
+                let to = n.peer_nodes[peer.0];
+                let child = self.new_job(Job {
+                    node: to,
+                    req,
+                    from: From::Peer(job),
+                    only_if_cached: role == Role::Sibling,
+                    hops: Vec::new(),
+                    next: 0,
+                    current: None,
+                });
+                self.traffic.count(Kind::PeerHttp, hdr);
+                let arrives = self.between(node, t, hdr);
+                self.schedule(arrives, Ev::Arrive { job: child });
+            }
+            Hop::Direct => {
+                let net = &self.spec.net;
+                let r = self.trace.requests[req as usize];
+                let server = self.trace.objects[r.obj as usize].server as usize;
+                self.nodes[node as usize].stats.origin_fetches += 1;
+                let reaches = t + ns(net.origin_latency);
+                let start = reaches.max(self.origin_free[server]);
+                self.origin_free[server] = start + wire(r.size + hdr, net.origin_bandwidth);
+                let back = self.origin_free[server] + ns(net.origin_latency);
+                self.schedule(
+                    back,
+                    Ev::Response {
+                        job,
+                        served: Served::Origin,
+                    },
+                );
+            }
+        }
+    }
+
+    fn response(&mut self, job: u32, served: Served) {
+        let (node, req, current) = {
+            let j = self.job(job);
+            (j.node, j.req, j.current)
+        };
+        let r = self.trace.requests[req as usize];
+        let cost = ns(self.spec.net.cpu_request)
+            + ns(self.spec.net.cpu_per_kib) * r.size.div_ceil(1024);
+        let t = self.cpu(node, self.now, cost);
+        let mut proxy_only = false;
+        if let Some(peer) = current {
+            let n = &mut self.nodes[node as usize];
+            n.mesh.fetch_ok(peer);
+            proxy_only = n.mesh.peers()[peer.0].spec.proxy_only;
+        }
+        if served == Served::Refused {
+            self.try_next(job, t);
+            return;
+        }
+        let obj = &self.trace.objects[r.obj as usize];
+        let mut events: Vec<StoreEvent> = Vec::new();
+        let n = &mut self.nodes[node as usize];
+        if obj.cacheable && !proxy_only {
+            if let Ok(ev) = n.store.insert(obj.key, mesh::body(r.size)) {
+                events = ev;
+            }
+        }
+        n.stats.evictions += events
+            .iter()
+            .filter(|e| matches!(e, StoreEvent::Evicted { .. }))
+            .count() as u64;
+        let followers = n.fetching.remove(&r.obj).unwrap_or_default();
+        for f in followers.into_iter().filter(|&f| f != job) {
+            self.respond(f, Served::Collapsed(node), t);
+        }
+        self.respond(job, served, t);
+    }
+
+    /// Sends `job`'s response (`served`) back to whoever asked, from `t`.
+    fn respond(&mut self, job: u32, served: Served, t: u64) {
+        let j = self.jobs[job as usize].take().expect("live job");
+        self.free_jobs.push(job);
+        let net = &self.spec.net;
+        let r = self.trace.requests[j.req as usize];
+        let body = if served == Served::Refused { 0 } else { r.size };
+        let bytes = body + net.http_header_bytes;
+        match j.from {
+            From::Client(req) => {
+                let done = t + wire(bytes, net.client_bandwidth) + ns(net.client_latency);
+                self.schedule(
+                    done,
+                    Ev::ClientDone {
+                        req,
+                        served,
+                        node: j.node,
+                    },
+                );
+            }
+            From::Peer(parent) => {
+                self.traffic.peer_response(bytes);
+                let arrives = self.between(j.node, t, bytes);
+                let served = match served {
+                    Served::Collapsed(n) => Served::Store(n),
+                    s => s,
+                };
+                self.schedule(
+                    arrives,
+                    Ev::Response {
+                        job: parent,
+                        served,
+                    },
+                );
+            }
+        }
+    }
+
+    fn client_done(&mut self, req: u32, served: Served, node: NodeIx) {
+        let r = self.trace.requests[req as usize];
+        let latency_us = (self.now - self.issued[req as usize]) / 1_000;
+        let _ = self.latency.record(latency_us.max(1));
+        let kind = match served {
+            Served::Store(n) | Served::Collapsed(n) if n == node => crate::results::Outcome::Local,
+            Served::Store(n) | Served::Collapsed(n) => {
+                if self.nodes[n as usize].is_parent {
+                    crate::results::Outcome::Parent
+                } else {
+                    crate::results::Outcome::Sibling
+                }
+            }
+            Served::Origin | Served::Refused => crate::results::Outcome::Miss,
+        };
+        self.classified.add(kind, r.size);
+        match self.spec.replay.mode {
+            Replay::Closed => self.issue_next_of(r.client),
+            Replay::Serial => self.waiting_serial = true,
+            Replay::Timed => {}
+        }
+    }
+}
+
+/// Whether the engine can run `spec` (every protocol it knows).
+pub fn check(spec: &SimSpec) -> Result<(), String> {
+    match spec.protocol.name {
+        Protocol::None | Protocol::Icp | Protocol::Carp => Ok(()),
+        other => Err(format!(
+            "protocol {}: not simulated yet (none, icp and carp are)",
+            other.as_str()
+        )),
+    }
+}

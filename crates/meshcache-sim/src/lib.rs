@@ -1,0 +1,26 @@
+//! meshcache-sim: a trace-driven discrete-event simulator of meshcache meshes, and the
+//! directory-based DCM paper's analytical model.
+//!
+//! The simulator drives the very protocol code the proxy runs (`meshcache-dcm`'s state
+//! machines, `meshcache-store`'s replacement policies, `meshcache-summary`'s filters) on a
+//! virtual clock, with thousands of virtual caches. No tokio, no sockets: time is a number.
+
+pub mod model;
+pub mod plot;
+pub mod engine;
+pub mod mesh;
+pub mod results;
+pub mod spec;
+pub mod trace;
+
+pub use engine::{Control, Sim};
+pub use results::Results;
+pub use spec::{Protocol, SimSpec};
+pub use trace::Trace;
+
+/// Runs `spec` over `trace` to the end (or until `control` stops it).
+pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Result<Results, String> {
+    spec.validate().map_err(|e| e.to_string())?;
+    engine::check(spec)?;
+    Ok(Sim::new(spec, trace).run(control))
+}

@@ -1,0 +1,236 @@
+//! The simulated mesh: one [`Node`] per cache, with the peer table a real meshcache node of
+//! that topology would be configured with, its store and its protocol state.
+//!
+//! Nodes are numbered: the leaf caches (the ones clients use) first, `0..caches`, then the
+//! parents. Each has a virtual address on 127.0.0.0/8 (never bound: only the protocol code's
+//! peer tables see it) — ICP on port 3130, HTTP on 3128 — so the `meshcache-dcm` machines run
+//! unchanged, keyed by socket address as in the proxy.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+
+use meshcache_dcm::{CarpRouter, IcpConfig, IcpMesh, PeerId, PeerSpec, Role};
+use meshcache_store::{MemoryStore, StoreConfig, Weigh};
+
+use crate::spec::{Protocol, SimSpec};
+
+/// A node's index in the mesh.
+pub type NodeIx = u32;
+
+/// The body of a stored object: only its size matters here.
+#[derive(Debug)]
+pub struct Body(pub u64);
+
+impl Weigh for Body {
+    fn weight(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The node's ICP address.
+pub fn icp_addr(node: NodeIx) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(ip(node), 3130))
+}
+
+/// The node's HTTP address.
+pub fn http_addr(node: NodeIx) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(ip(node), 3128))
+}
+
+/// The node's virtual IPv4 address: 127.x.y.z, unique for up to 16 million nodes.
+pub fn ip(node: NodeIx) -> Ipv4Addr {
+    let n = node + 1;
+    Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, n as u8)
+}
+
+/// The node whose virtual address is `addr`, if any.
+pub fn node_at(addr: SocketAddr) -> Option<NodeIx> {
+    match addr {
+        SocketAddr::V4(a) => {
+            let [o, x, y, z] = a.ip().octets();
+            let n = (u32::from(x) << 16) | (u32::from(y) << 8) | u32::from(z);
+            (o == 127 && n > 0).then(|| n - 1)
+        }
+        SocketAddr::V6(_) => None,
+    }
+}
+
+/// A node's name, as peers list it: `c0`, `c1`… for leaves, `p0`… for parents.
+pub fn name(node: NodeIx, caches: u32) -> String {
+    if node < caches {
+        format!("c{node}")
+    } else {
+        format!("p{}", node - caches)
+    }
+}
+
+/// Per-node counters.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct NodeStats {
+    /// Client requests this node received (leaves only).
+    pub client_requests: u64,
+    /// HTTP requests from peers it served (hits, 504s and fetches).
+    pub peer_requests: u64,
+    /// Requests answered from its own store (clients' and peers').
+    pub store_hits: u64,
+    /// Origin fetches it made.
+    pub origin_fetches: u64,
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Datagrams received.
+    pub datagrams_received: u64,
+    /// Nanoseconds of CPU spent.
+    pub cpu_ns: u64,
+    /// Store evictions.
+    pub evictions: u64,
+}
+
+/// One cache.
+pub struct Node {
+    /// Leaf or parent.
+    pub is_parent: bool,
+    /// The store, with the configured size and policy.
+    pub store: MemoryStore<Body>,
+    /// The peer table and ICP searches (every protocol keeps its peer table here, as the
+    /// proxy does).
+    pub mesh: IcpMesh,
+    /// The node behind each peer of the table.
+    pub peer_nodes: Vec<NodeIx>,
+    /// CARP protocol: the router.
+    pub carp: Option<CarpRouter>,
+    /// Searches in flight: request number → job.
+    pub searches: HashMap<u32, u32>,
+    /// Collapsed forwarding: object → the jobs waiting for its fetch (the first is the leader).
+    pub fetching: HashMap<u32, Vec<u32>>,
+    /// When its CPU is next free (ns of virtual time).
+    pub cpu_free: u64,
+    /// When its interface is next free.
+    pub nic_free: u64,
+    /// Counters.
+    pub stats: NodeStats,
+}
+
+/// Builds every node of the mesh `spec` describes.
+pub fn build(spec: &SimSpec) -> Vec<Node> {
+    let m = &spec.mesh;
+    let p = &spec.protocol;
+    let total = m.caches + m.parents;
+    let speaks_icp = matches!(
+        p.name,
+        Protocol::Icp | Protocol::Summary | Protocol::Digest | Protocol::Directory | Protocol::Multicast
+    );
+    let icp_config = IcpConfig {
+        timeout_floor: p.icp_timeout_floor,
+        timeout_ceiling: p.icp_timeout_ceiling,
+        dead_after: p.dead_peer_timeout,
+        query_lone_parent: false,
+    };
+    // A CARP mesh of equals: no parents, the leaves list each other as parents.
+    let carp_equals = p.name == Protocol::Carp && m.parents == 0;
+    (0..total)
+        .map(|node| {
+            let is_parent = node >= m.caches;
+            let mut specs = Vec::new();
+            let mut peer_nodes = Vec::new();
+            if !is_parent {
+                if m.siblings || carp_equals {
+                    for other in (0..m.caches).filter(|&o| o != node) {
+                        let role = if carp_equals { Role::Parent } else { Role::Sibling };
+                        specs.push(peer_spec(other, m.caches, role, speaks_icp));
+                        peer_nodes.push(other);
+                    }
+                }
+                for k in 0..m.parents {
+                    let other = m.caches + k;
+                    let mut s = peer_spec(other, m.caches, Role::Parent, speaks_icp);
+                    if let Some(domains) = m.parent_domains.get(k as usize) {
+                        s.domains = domains.clone();
+                    }
+                    specs.push(s);
+                    peer_nodes.push(other);
+                }
+            }
+            let carp = (p.name == Protocol::Carp && !is_parent).then(|| {
+                if carp_equals {
+                    CarpRouter::with_self(&specs, &name(node, m.caches), 1)
+                } else {
+                    CarpRouter::new(&specs)
+                }
+            });
+            let size = if is_parent { m.parent_size } else { m.cache_size };
+            Node {
+                is_parent,
+                store: MemoryStore::new(StoreConfig {
+                    capacity: size.as_u64(),
+                    max_object_size: m.max_object_size.as_u64(),
+                    replacement: m.replacement,
+                }),
+                mesh: IcpMesh::new(specs, icp_config.clone()),
+                peer_nodes,
+                carp,
+                searches: HashMap::new(),
+                fetching: HashMap::new(),
+                cpu_free: 0,
+                nic_free: 0,
+                stats: NodeStats::default(),
+            }
+        })
+        .collect()
+}
+
+fn peer_spec(node: NodeIx, caches: u32, role: Role, speaks_icp: bool) -> PeerSpec {
+    PeerSpec::new(
+        &name(node, caches),
+        role,
+        http_addr(node),
+        speaks_icp.then(|| icp_addr(node)),
+    )
+}
+
+/// A stored body of `size` bytes.
+pub fn body(size: u64) -> Arc<Body> {
+    Arc::new(Body(size))
+}
+
+/// The peer id under which `node` lists `other`, if it does.
+pub fn peer_id(nodes: &[Node], node: NodeIx, other: NodeIx) -> Option<PeerId> {
+    nodes[node as usize].mesh.peer_at(icp_addr(other)).or_else(|| {
+        nodes[node as usize]
+            .peer_nodes
+            .iter()
+            .position(|&n| n == other)
+            .map(PeerId)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_round_trip() {
+        for n in [0, 1, 254, 255, 256, 65_535, 65_536, 999_999] {
+            assert_eq!(node_at(icp_addr(n)), Some(n));
+        }
+        assert_eq!(ip(0), Ipv4Addr::new(127, 0, 0, 1));
+        assert_eq!(node_at("127.0.0.0:3130".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn leaves_list_siblings_then_parents() {
+        let mut spec = SimSpec::default();
+        spec.mesh.caches = 3;
+        spec.mesh.parents = 2;
+        let nodes = build(&spec);
+        assert_eq!(nodes.len(), 5);
+        assert_eq!(nodes[1].peer_nodes, vec![0, 2, 3, 4]);
+        let roles: Vec<Role> = nodes[1].mesh.peers().iter().map(|p| p.spec.role).collect();
+        assert_eq!(
+            roles,
+            [Role::Sibling, Role::Sibling, Role::Parent, Role::Parent]
+        );
+        assert!(nodes[3].is_parent && nodes[3].peer_nodes.is_empty());
+        assert_eq!(peer_id(&nodes, 1, 3), Some(PeerId(2)));
+    }
+}

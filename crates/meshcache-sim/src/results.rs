@@ -1,0 +1,296 @@
+//! What a simulation measured: hit ratios (local, remote, total, byte), inter-cache messages
+//! and bytes per request, per-node load, the latency distribution, and the run's own speed.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::mesh::{self, Node};
+use crate::spec::SimSpec;
+use crate::trace::Trace;
+
+/// How a client request was answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// From its own cache (or a fetch under way there).
+    Local,
+    /// From a sibling's cache.
+    Sibling,
+    /// From a parent's cache.
+    Parent,
+    /// From the origin.
+    Miss,
+}
+
+/// Answered requests by outcome, with bytes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Classified {
+    /// Requests answered.
+    pub requests: u64,
+    /// Local hits.
+    pub local_hits: u64,
+    /// Sibling hits.
+    pub sibling_hits: u64,
+    /// Parent hits.
+    pub parent_hits: u64,
+    /// Misses (origin).
+    pub misses: u64,
+    /// Body bytes answered.
+    pub bytes: u64,
+    /// Body bytes of hits of any kind.
+    pub hit_bytes: u64,
+}
+
+impl Classified {
+    /// Counts one answer.
+    pub fn add(&mut self, outcome: Outcome, bytes: u64) {
+        self.requests += 1;
+        self.bytes += bytes;
+        match outcome {
+            Outcome::Local => self.local_hits += 1,
+            Outcome::Sibling => self.sibling_hits += 1,
+            Outcome::Parent => self.parent_hits += 1,
+            Outcome::Miss => self.misses += 1,
+        }
+        if outcome != Outcome::Miss {
+            self.hit_bytes += bytes;
+        }
+    }
+}
+
+/// Kinds of inter-cache message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// ICP queries.
+    IcpQuery,
+    /// ICP replies.
+    IcpReply,
+    /// HTTP requests between caches (their responses' bytes are added with
+    /// [`Traffic::peer_response`]).
+    PeerHttp,
+}
+
+/// Inter-cache traffic.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Traffic {
+    /// ICP queries sent.
+    pub icp_queries: u64,
+    /// ICP replies sent.
+    pub icp_replies: u64,
+    /// Bytes of ICP payload (queries and replies; no IP/UDP headers).
+    pub icp_bytes: u64,
+    /// HTTP requests from one cache to another.
+    pub peer_http: u64,
+    /// Bytes of those requests' headers and of their responses.
+    pub peer_http_bytes: u64,
+}
+
+impl Traffic {
+    /// Counts one message of `kind` with `bytes` of payload.
+    pub fn count(&mut self, kind: Kind, bytes: u64) {
+        match kind {
+            Kind::IcpQuery => {
+                self.icp_queries += 1;
+                self.icp_bytes += bytes;
+            }
+            Kind::IcpReply => {
+                self.icp_replies += 1;
+                self.icp_bytes += bytes;
+            }
+            Kind::PeerHttp => {
+                self.peer_http += 1;
+                self.peer_http_bytes += bytes;
+            }
+        }
+    }
+
+    /// The response to a peer's HTTP request: `bytes` more between caches.
+    pub fn peer_response(&mut self, bytes: u64) {
+        self.peer_http_bytes += bytes;
+    }
+
+    /// Protocol datagrams of every kind.
+    pub fn datagrams(&self) -> u64 {
+        self.icp_queries + self.icp_replies
+    }
+
+    /// Bytes of those datagrams.
+    pub fn datagram_bytes(&self) -> u64 {
+        self.icp_bytes
+    }
+}
+
+/// Latency of client requests, in milliseconds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct LatencyMs {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// One node's load.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NodeLoad {
+    /// Its name (`c0`…, `p0`…).
+    pub name: String,
+    /// Client requests it received.
+    pub client_requests: u64,
+    /// Peer requests it served.
+    pub peer_requests: u64,
+    /// Answers from its store.
+    pub store_hits: u64,
+    /// Origin fetches.
+    pub origin_fetches: u64,
+    /// Datagrams sent and received.
+    pub datagrams: u64,
+    /// Share of the simulated time its CPU was busy.
+    pub cpu_utilisation: f64,
+    /// Objects and bytes in its store at the end.
+    pub objects: u64,
+    /// Bytes stored at the end.
+    pub stored_bytes: u64,
+    /// Evictions.
+    pub evictions: u64,
+}
+
+/// Everything a run reports (written as `results.json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Results {
+    /// The spec it ran.
+    pub spec: SimSpec,
+    /// Requests in the trace (after `replay.limit`), distinct objects, distinct bytes.
+    pub trace_requests: u64,
+    /// Distinct objects of the trace.
+    pub trace_objects: u64,
+    /// Distinct bytes of the trace.
+    pub trace_unique_bytes: u64,
+    /// The run was interrupted: the figures cover the requests answered until then.
+    pub interrupted: bool,
+    /// Answers by outcome.
+    pub answered: Classified,
+    /// Hits of any kind over requests.
+    pub hit_ratio: f64,
+    /// Local hits over requests.
+    pub local_hit_ratio: f64,
+    /// Sibling and parent hits over requests.
+    pub remote_hit_ratio: f64,
+    /// Hit bytes over bytes.
+    pub byte_hit_ratio: f64,
+    /// Inter-cache messages.
+    pub traffic: Traffic,
+    /// Protocol datagrams per request answered.
+    pub datagrams_per_request: f64,
+    /// Protocol datagram bytes per request.
+    pub datagram_bytes_per_request: f64,
+    /// HTTP requests between caches per request.
+    pub peer_http_per_request: f64,
+    /// Client latency.
+    pub latency_ms: LatencyMs,
+    /// Busiest node's CPU utilisation.
+    pub max_cpu_utilisation: f64,
+    /// Mean CPU utilisation over nodes.
+    pub mean_cpu_utilisation: f64,
+    /// Per node.
+    pub nodes: Vec<NodeLoad>,
+    /// Simulated time, seconds.
+    pub simulated_seconds: f64,
+    /// Wall-clock time of the run, seconds.
+    pub wall_seconds: f64,
+    /// Requests simulated per wall-clock second.
+    pub requests_per_second: f64,
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// Assembles the report of a finished (or interrupted) run.
+#[allow(clippy::too_many_arguments)]
+pub fn build(
+    spec: &SimSpec,
+    trace: &Trace,
+    nodes: &[Node],
+    answered: Classified,
+    traffic: Traffic,
+    latency: &Histogram<u64>,
+    end_ns: u64,
+    wall: Duration,
+    interrupted: bool,
+) -> Results {
+    let n = answered.requests;
+    let ms = |us: u64| us as f64 / 1_000.0;
+    let latency_ms = if latency.is_empty() {
+        LatencyMs::default()
+    } else {
+        LatencyMs {
+            mean: latency.mean() / 1_000.0,
+            p50: ms(latency.value_at_quantile(0.5)),
+            p90: ms(latency.value_at_quantile(0.9)),
+            p99: ms(latency.value_at_quantile(0.99)),
+            max: ms(latency.max()),
+        }
+    };
+    let span = end_ns.max(1) as f64;
+    let nodes: Vec<NodeLoad> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| NodeLoad {
+            name: mesh::name(i as u32, spec.mesh.caches),
+            client_requests: node.stats.client_requests,
+            peer_requests: node.stats.peer_requests,
+            store_hits: node.stats.store_hits,
+            origin_fetches: node.stats.origin_fetches,
+            datagrams: node.stats.datagrams_sent + node.stats.datagrams_received,
+            cpu_utilisation: node.stats.cpu_ns as f64 / span,
+            objects: node.store.len() as u64,
+            stored_bytes: node.store.bytes(),
+            evictions: node.stats.evictions,
+        })
+        .collect();
+    let max_cpu = nodes.iter().map(|l| l.cpu_utilisation).fold(0.0, f64::max);
+    let mean_cpu = if nodes.is_empty() {
+        0.0
+    } else {
+        nodes.iter().map(|l| l.cpu_utilisation).sum::<f64>() / nodes.len() as f64
+    };
+    let wall_seconds = wall.as_secs_f64();
+    Results {
+        spec: spec.clone(),
+        trace_requests: trace.requests.len() as u64,
+        trace_objects: trace.objects.len() as u64,
+        trace_unique_bytes: trace.unique_bytes(),
+        interrupted,
+        hit_ratio: ratio(answered.requests - answered.misses, n),
+        local_hit_ratio: ratio(answered.local_hits, n),
+        remote_hit_ratio: ratio(answered.sibling_hits + answered.parent_hits, n),
+        byte_hit_ratio: ratio(answered.hit_bytes, answered.bytes),
+        datagrams_per_request: ratio(traffic.datagrams(), n),
+        datagram_bytes_per_request: ratio(traffic.datagram_bytes(), n),
+        peer_http_per_request: ratio(traffic.peer_http, n),
+        answered,
+        traffic,
+        latency_ms,
+        max_cpu_utilisation: max_cpu,
+        mean_cpu_utilisation: mean_cpu,
+        nodes,
+        simulated_seconds: end_ns as f64 / 1e9,
+        wall_seconds,
+        requests_per_second: if wall_seconds > 0.0 {
+            n as f64 / wall_seconds
+        } else {
+            0.0
+        },
+    }
+}

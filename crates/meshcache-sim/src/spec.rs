@@ -1,0 +1,405 @@
+//! What a simulation runs: the mesh, its caches, the protocol, the network and host model, and
+//! how the trace is replayed. A [`SimSpec`] is read from TOML (strict: unknown keys are
+//! errors) or built in code; [`SimSpec::validate`] names the first bad value.
+
+use std::time::Duration;
+
+use bytesize::ByteSize;
+use meshcache_store::Replacement;
+use serde::{Deserialize, Serialize};
+
+/// A bad simulation parameter, named.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{key}: {reason}")]
+pub struct SpecError {
+    /// The parameter, as written in the TOML (`mesh.caches`, `net.latency`…).
+    pub key: String,
+    /// What is wrong with its value.
+    pub reason: String,
+}
+
+fn bad(key: &str, reason: impl Into<String>) -> SpecError {
+    SpecError {
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Everything one simulation run needs besides the trace.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimSpec {
+    /// The caches and how they are connected.
+    pub mesh: MeshSpec,
+    /// The cooperation protocol and its parameters.
+    pub protocol: ProtocolSpec,
+    /// Link latencies and bandwidths, and per-message CPU costs.
+    pub net: NetSpec,
+    /// How the trace's requests are issued.
+    pub replay: ReplaySpec,
+}
+
+/// The caches, their stores and their relations.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeshSpec {
+    /// Leaf caches, the ones clients talk to (client `c` goes to cache `c mod caches`, as the
+    /// Summary Cache paper's benchmark assigns clients).
+    pub caches: u32,
+    /// Whether the leaf caches are each other's siblings.
+    pub siblings: bool,
+    /// Parent caches above the leaves (every leaf lists every parent).
+    pub parents: u32,
+    /// Per parent, the domains it serves (Squid's `cache_peer_domain`); empty: every parent
+    /// serves every host. When given, one list per parent.
+    pub parent_domains: Vec<Vec<String>>,
+    /// Each leaf cache's store size.
+    pub cache_size: ByteSize,
+    /// Each parent's store size.
+    pub parent_size: ByteSize,
+    /// Largest object a cache keeps.
+    pub max_object_size: ByteSize,
+    /// Replacement policy of every store.
+    pub replacement: Replacement,
+}
+
+impl Default for MeshSpec {
+    fn default() -> Self {
+        MeshSpec {
+            caches: 4,
+            siblings: true,
+            parents: 0,
+            parent_domains: Vec::new(),
+            cache_size: ByteSize::mib(256),
+            parent_size: ByteSize::gib(1),
+            max_object_size: ByteSize::mib(8),
+            replacement: Replacement::Lru,
+        }
+    }
+}
+
+/// Which cooperation protocol the caches run.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// No search: misses go to the parents or the origin.
+    None,
+    /// ICP: query every sibling (and parents, when more than one) on every miss.
+    #[default]
+    Icp,
+    /// Summary Cache: ICP queries only to the peers whose Bloom-filter summary says "maybe";
+    /// summaries updated by delta messages.
+    Summary,
+    /// Squid's Cache Digests: whole digests fetched periodically, no queries.
+    Digest,
+    /// The directory-based protocol (dbDCM).
+    Directory,
+    /// The Berkeley protocol: one multicast query, answered by holders only.
+    Multicast,
+    /// CARP hash routing over the parents (or among the leaves, with no parents).
+    Carp,
+}
+
+impl Protocol {
+    /// Every protocol, in the order reports list them.
+    pub const ALL: [Protocol; 7] = [
+        Protocol::None,
+        Protocol::Icp,
+        Protocol::Summary,
+        Protocol::Digest,
+        Protocol::Directory,
+        Protocol::Multicast,
+        Protocol::Carp,
+    ];
+
+    /// Its name, as written in specs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::None => "none",
+            Protocol::Icp => "icp",
+            Protocol::Summary => "summary",
+            Protocol::Digest => "digest",
+            Protocol::Directory => "directory",
+            Protocol::Multicast => "multicast",
+            Protocol::Carp => "carp",
+        }
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Protocol::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown protocol {s:?} (one of: {})",
+                    Protocol::ALL.map(Protocol::as_str).join(", ")
+                )
+            })
+    }
+}
+
+/// The protocol and its tuning (each protocol reads its own fields; the rest are ignored).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProtocolSpec {
+    /// Which protocol.
+    pub name: Protocol,
+    /// ICP: shortest wait for replies.
+    #[serde(with = "humantime_serde")]
+    pub icp_timeout_floor: Duration,
+    /// ICP: longest wait for replies.
+    #[serde(with = "humantime_serde")]
+    pub icp_timeout_ceiling: Duration,
+    /// ICP: a peer silent this long after a query is not waited for.
+    #[serde(with = "humantime_serde")]
+    pub dead_peer_timeout: Duration,
+    /// Summary Cache: share of new documents that triggers a delta update (the paper's
+    /// threshold; 1 % by default).
+    pub summary_threshold: f64,
+    /// Summary Cache and digests: filter bits per cached document.
+    pub bits_per_entry: u32,
+    /// Digests: how often a node rebuilds its digest and fetches its peers'.
+    #[serde(with = "humantime_serde")]
+    pub digest_interval: Duration,
+    /// Directory: how many holders a search asks (α).
+    pub directory_alpha: u32,
+}
+
+impl Default for ProtocolSpec {
+    fn default() -> Self {
+        ProtocolSpec {
+            name: Protocol::Icp,
+            icp_timeout_floor: Duration::from_millis(50),
+            icp_timeout_ceiling: Duration::from_secs(2),
+            dead_peer_timeout: Duration::from_secs(10),
+            summary_threshold: 0.01,
+            bits_per_entry: 8,
+            digest_interval: Duration::from_secs(3600),
+            directory_alpha: 1,
+        }
+    }
+}
+
+/// The network and host model. Defaults: the bandwidths and packet sizes of Table 1 of the
+/// directory-based DCM paper (proxy hosts 100 Mb/s, clients 10 Mb/s, origin servers 100 Mb/s,
+/// a 1 Gb/s network between proxies); latencies of a campus LAN and a distant origin; CPU
+/// costs calibrated on meshcache (docs/simulator.md says from which measurements).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetSpec {
+    /// One-way latency between two proxies.
+    #[serde(with = "humantime_serde")]
+    pub latency: Duration,
+    /// One-way latency between a client and its proxy.
+    #[serde(with = "humantime_serde")]
+    pub client_latency: Duration,
+    /// One-way latency between a proxy and an origin server.
+    #[serde(with = "humantime_serde")]
+    pub origin_latency: Duration,
+    /// Bandwidth of a proxy host's interface, bits per second.
+    pub proxy_bandwidth: u64,
+    /// Bandwidth of a client, bits per second.
+    pub client_bandwidth: u64,
+    /// Bandwidth of an origin server, bits per second.
+    pub origin_bandwidth: u64,
+    /// Cross-sectional bandwidth of the network between proxies, bits per second (one shared
+    /// link every inter-cache message crosses; 0: unlimited).
+    pub network_bandwidth: u64,
+    /// Origin server hosts (a URL's host name picks one by hash).
+    pub origin_servers: u32,
+    /// CPU to handle one HTTP request at a proxy (as server or as client of a peer).
+    #[serde(with = "humantime_serde")]
+    pub cpu_request: Duration,
+    /// CPU per KiB of body a proxy relays.
+    #[serde(with = "humantime_serde")]
+    pub cpu_per_kib: Duration,
+    /// CPU to send or to receive one datagram.
+    #[serde(with = "humantime_serde")]
+    pub cpu_datagram: Duration,
+    /// Bytes of HTTP request and response headers, added to every HTTP exchange.
+    pub http_header_bytes: u64,
+}
+
+impl Default for NetSpec {
+    fn default() -> Self {
+        NetSpec {
+            latency: Duration::from_micros(500),
+            client_latency: Duration::from_millis(1),
+            origin_latency: Duration::from_millis(50),
+            proxy_bandwidth: 100_000_000,
+            client_bandwidth: 10_000_000,
+            origin_bandwidth: 100_000_000,
+            network_bandwidth: 1_000_000_000,
+            origin_servers: 3,
+            cpu_request: Duration::from_micros(10),
+            cpu_per_kib: Duration::from_nanos(80),
+            cpu_datagram: Duration::from_micros(5),
+            http_header_bytes: 300,
+        }
+    }
+}
+
+impl NetSpec {
+    /// Everything instantaneous and free: only the order of events matters (the exact
+    /// comparison with a live one-request-at-a-time run uses this).
+    pub fn instant() -> Self {
+        NetSpec {
+            latency: Duration::ZERO,
+            client_latency: Duration::ZERO,
+            origin_latency: Duration::ZERO,
+            proxy_bandwidth: 0,
+            client_bandwidth: 0,
+            origin_bandwidth: 0,
+            network_bandwidth: 0,
+            origin_servers: 1,
+            cpu_request: Duration::ZERO,
+            cpu_per_kib: Duration::ZERO,
+            cpu_datagram: Duration::ZERO,
+            http_header_bytes: 0,
+        }
+    }
+}
+
+/// How requests are issued.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Replay {
+    /// Each request at its trace time (open loop).
+    Timed,
+    /// Each client issues its next request when the previous one is answered (closed loop;
+    /// trace times ignored), as the lab's emulated clients do.
+    #[default]
+    Closed,
+    /// One request at a time over the whole trace, in trace order: each starts when the one
+    /// before is answered and the mesh is quiet.
+    Serial,
+}
+
+/// Replay settings.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplaySpec {
+    /// Open loop, closed loop, or one at a time.
+    pub mode: Replay,
+    /// Replay only the first `limit` requests (0: all).
+    pub limit: u64,
+    /// Closed loop: requests each client keeps outstanding.
+    pub outstanding: u32,
+}
+
+impl Default for ReplaySpec {
+    fn default() -> Self {
+        ReplaySpec {
+            mode: Replay::Closed,
+            limit: 0,
+            outstanding: 1,
+        }
+    }
+}
+
+impl SimSpec {
+    /// Parses a spec from TOML; unknown keys are errors.
+    pub fn from_toml(text: &str) -> Result<SimSpec, String> {
+        let spec: SimSpec = toml::from_str(text).map_err(|e| e.to_string())?;
+        spec.validate().map_err(|e| e.to_string())?;
+        Ok(spec)
+    }
+
+    /// Checks every value; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let m = &self.mesh;
+        if m.caches == 0 {
+            return Err(bad("mesh.caches", "at least one cache"));
+        }
+        if m.caches > 100_000 {
+            return Err(bad("mesh.caches", "at most 100000"));
+        }
+        if m.parents > 1_000 {
+            return Err(bad("mesh.parents", "at most 1000"));
+        }
+        if !m.parent_domains.is_empty() && m.parent_domains.len() != m.parents as usize {
+            return Err(bad(
+                "mesh.parent_domains",
+                format!(
+                    "{} lists for {} parents: give one list per parent",
+                    m.parent_domains.len(),
+                    m.parents
+                ),
+            ));
+        }
+        if m.cache_size.as_u64() == 0 {
+            return Err(bad("mesh.cache_size", "must be above 0"));
+        }
+        if m.parents > 0 && m.parent_size.as_u64() == 0 {
+            return Err(bad("mesh.parent_size", "must be above 0"));
+        }
+        if m.max_object_size.as_u64() == 0 {
+            return Err(bad("mesh.max_object_size", "must be above 0"));
+        }
+        let p = &self.protocol;
+        if p.icp_timeout_floor > p.icp_timeout_ceiling {
+            return Err(bad(
+                "protocol.icp_timeout_floor",
+                "above protocol.icp_timeout_ceiling",
+            ));
+        }
+        if !(p.summary_threshold > 0.0 && p.summary_threshold <= 1.0) {
+            return Err(bad("protocol.summary_threshold", "must be in (0, 1]"));
+        }
+        if !(1..=64).contains(&p.bits_per_entry) {
+            return Err(bad("protocol.bits_per_entry", "must be 1 to 64"));
+        }
+        if p.digest_interval.is_zero() {
+            return Err(bad("protocol.digest_interval", "must be above 0"));
+        }
+        if p.directory_alpha == 0 {
+            return Err(bad("protocol.directory_alpha", "at least 1"));
+        }
+        if p.name == Protocol::Carp && m.parents == 0 && !m.siblings {
+            return Err(bad(
+                "protocol.name",
+                "carp needs parents, or leaf caches that are siblings (a mesh of equals)",
+            ));
+        }
+        if self.net.origin_servers == 0 {
+            return Err(bad("net.origin_servers", "at least one"));
+        }
+        if self.replay.mode == Replay::Closed && self.replay.outstanding == 0 {
+            return Err(bad("replay.outstanding", "at least 1"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = SimSpec::from_toml("[mesh]\ncaches = 4\nsize = 3\n").unwrap_err();
+        assert!(e.contains("unknown field `size`"), "{e}");
+        let e = SimSpec::from_toml("[mesh]\ncaches = 0\n").unwrap_err();
+        assert_eq!(e, "mesh.caches: at least one cache");
+        let e = SimSpec::from_toml("[protocol]\nname = \"gossip\"\n").unwrap_err();
+        assert!(e.contains("unknown variant `gossip`"), "{e}");
+        let e = SimSpec::from_toml("[mesh]\nparents = 2\nparent_domains = [[\"a\"]]\n")
+            .unwrap_err();
+        assert!(e.starts_with("mesh.parent_domains: 1 lists for 2 parents"), "{e}");
+    }
+
+    #[test]
+    fn human_units_parse() {
+        let s = SimSpec::from_toml(
+            "[mesh]\ncaches = 100\ncache_size = \"64 MiB\"\n[net]\nlatency = \"2ms\"\n\
+             [protocol]\nname = \"summary\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.mesh.cache_size, ByteSize::mib(64));
+        assert_eq!(s.net.latency, Duration::from_millis(2));
+        assert_eq!(s.protocol.name, Protocol::Summary);
+    }
+}

@@ -1,0 +1,165 @@
+//! The trace as the engine wants it: URLs interned once into objects (store key, host, origin
+//! server), requests as small fixed records.
+
+use std::collections::HashMap;
+
+use meshcache_store::StoreKey;
+use meshcache_workload::Request;
+
+/// One distinct URL of the trace.
+#[derive(Clone, Debug)]
+pub struct Object {
+    /// The absolute URL.
+    pub url: String,
+    /// Its host, without port (what per-domain parents match).
+    pub host: String,
+    /// The store key (MD5 of method and URL, as the proxy and Squid compute it).
+    pub key: StoreKey,
+    /// Whether a cache may keep it (URLs the origin marks `no-store`, `private` or `no-cache`
+    /// through `cc=` in their query string are not).
+    pub cacheable: bool,
+    /// Which origin server hosts it.
+    pub server: u32,
+}
+
+/// One request of the trace.
+#[derive(Clone, Copy, Debug)]
+pub struct Req {
+    /// When it is issued, in ns from the start (timed replay).
+    pub time_ns: u64,
+    /// The client that issues it.
+    pub client: u32,
+    /// The object.
+    pub obj: u32,
+    /// The response body's length.
+    pub size: u64,
+}
+
+/// A trace ready to replay.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// Distinct objects.
+    pub objects: Vec<Object>,
+    /// Requests, in trace order.
+    pub requests: Vec<Req>,
+    /// Number of distinct clients (the largest client number + 1).
+    pub clients: u32,
+}
+
+/// The host of an absolute `http://` URL, without port or user info.
+pub fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    match authority.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => authority,
+    }
+}
+
+fn cacheable(url: &str) -> bool {
+    let Some((_, query)) = url.split_once('?') else {
+        return true;
+    };
+    !query.split('&').any(|kv| {
+        kv.strip_prefix("cc=").is_some_and(|cc| {
+            cc.contains("no-store") || cc.contains("private") || cc.contains("no-cache")
+        })
+    })
+}
+
+impl Trace {
+    /// Interns `requests` (of `meshcache workload generate`, or a log), keeping the first
+    /// `limit` (0: all). Origin servers are picked by a hash of the host, `servers` of them.
+    pub fn new(requests: &[Request], limit: u64, servers: u32) -> Trace {
+        let n = if limit == 0 {
+            requests.len()
+        } else {
+            requests.len().min(limit as usize)
+        };
+        let mut index: HashMap<&str, u32> = HashMap::new();
+        let mut objects = Vec::new();
+        let mut out = Vec::with_capacity(n);
+        let mut clients = 0;
+        for r in &requests[..n] {
+            let obj = *index.entry(r.url.as_str()).or_insert_with(|| {
+                let host = host_of(&r.url).to_owned();
+                let server = fnv(host.as_bytes()) % u64::from(servers.max(1));
+                objects.push(Object {
+                    key: StoreKey::get(&r.url),
+                    cacheable: cacheable(&r.url),
+                    url: r.url.clone(),
+                    host,
+                    server: server as u32,
+                });
+                (objects.len() - 1) as u32
+            });
+            clients = clients.max(r.client + 1);
+            out.push(Req {
+                time_ns: r.time_ms.saturating_mul(1_000_000),
+                client: r.client,
+                obj,
+                size: r.size,
+            });
+        }
+        Trace {
+            objects,
+            requests: out,
+            clients,
+        }
+    }
+
+    /// Distinct bytes: the sum of each object's size (its first request's).
+    pub fn unique_bytes(&self) -> u64 {
+        let mut seen = vec![false; self.objects.len()];
+        let mut total = 0;
+        for r in &self.requests {
+            if !std::mem::replace(&mut seen[r.obj as usize], true) {
+                total += r.size;
+            }
+        }
+        total
+    }
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_cacheability() {
+        assert_eq!(host_of("http://a.example:8080/x?y"), "a.example");
+        assert_eq!(host_of("http://u@b.example/x"), "b.example");
+        assert_eq!(host_of("http://c.example"), "c.example");
+        assert!(cacheable("http://a/o1?size=10"));
+        assert!(!cacheable("http://a/o1?size=10&cc=no-store"));
+        assert!(cacheable("http://a/o1?size=10&cc=max-age%3D60"));
+    }
+
+    #[test]
+    fn urls_are_interned() {
+        let req = |client, url: &str| Request {
+            time_ms: 1,
+            client,
+            size: 5,
+            url: url.into(),
+        };
+        let t = Trace::new(
+            &[req(0, "http://a/1"), req(3, "http://a/2"), req(1, "http://a/1")],
+            0,
+            3,
+        );
+        assert_eq!(t.objects.len(), 2);
+        assert_eq!(t.clients, 4);
+        assert_eq!(t.requests[2].obj, 0);
+        assert_eq!(t.requests[0].time_ns, 1_000_000);
+        assert_eq!(t.unique_bytes(), 10);
+        assert_eq!(Trace::new(&[req(0, "http://a/1"), req(0, "http://a/2")], 1, 1).requests.len(), 1);
+    }
+}
