@@ -62,15 +62,15 @@ enum From {
 
 /// A request being handled at one node.
 #[derive(Debug)]
-struct Job {
-    node: NodeIx,
-    req: u32,
+pub(crate) struct Job {
+    pub(crate) node: NodeIx,
+    pub(crate) req: u32,
     from: From,
     only_if_cached: bool,
     hops: Vec<Hop>,
     next: usize,
     /// The peer hop in progress.
-    current: Option<PeerId>,
+    pub(crate) current: Option<PeerId>,
 }
 
 /// Something that happens at a virtual time.
@@ -90,6 +90,8 @@ pub(crate) enum Ev {
     Response { job: u32, served: Served },
     /// The client of `req` has its whole response.
     ClientDone { req: u32, served: Served, node: NodeIx },
+    /// A protocol's timer at `node` (digest rebuilds and fetches, directory upkeep).
+    Tick { node: NodeIx },
 }
 
 /// What a datagram carries.
@@ -103,6 +105,8 @@ pub(crate) enum Payload {
         reqnum: u32,
         kind: ReplyKind,
     },
+    /// A protocol's own message (summary updates, directory operations, multicast queries).
+    Proto(crate::proto::Msg),
 }
 
 struct Item {
@@ -138,11 +142,11 @@ pub struct Control<'a> {
 
 /// A simulation in progress.
 pub struct Sim<'a> {
-    spec: &'a SimSpec,
-    trace: &'a Trace,
-    nodes: Vec<Node>,
+    pub(crate) spec: &'a SimSpec,
+    pub(crate) trace: &'a Trace,
+    pub(crate) nodes: Vec<Node>,
     base: Instant,
-    now: u64,
+    pub(crate) now: u64,
     seq: u64,
     queue: BinaryHeap<Reverse<Item>>,
     /// Events in the queue that are not ICP deadlines (serial replay waits for none left).
@@ -160,11 +164,13 @@ pub struct Sim<'a> {
     net_free: u64,
     origin_free: Vec<u64>,
     classified: Classified,
-    traffic: Traffic,
+    pub(crate) traffic: Traffic,
     latency: Histogram<u64>,
+    /// The protocol's own per-node state (summaries, directory, multicast).
+    pub(crate) proto: crate::proto::State,
 }
 
-fn ns(d: Duration) -> u64 {
+pub(crate) fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -181,6 +187,7 @@ impl<'a> Sim<'a> {
     /// A mesh built from `spec`, ready to replay `trace`.
     pub fn new(spec: &'a SimSpec, trace: &'a Trace) -> Sim<'a> {
         let nodes = mesh::build(spec);
+        let proto = crate::proto::State::new(spec, &nodes);
         let mut per_client = vec![Vec::new(); trace.clients as usize];
         if spec.replay.mode == Replay::Closed {
             for (i, r) in trace.requests.iter().enumerate() {
@@ -208,12 +215,14 @@ impl<'a> Sim<'a> {
             classified: Classified::default(),
             traffic: Traffic::default(),
             latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+            proto,
         }
     }
 
     /// Runs the trace to the end (or until `control.stop` is set) and reports.
     pub fn run(mut self, control: Control<'_>) -> Results {
         let wall = Instant::now();
+        crate::proto::start(&mut self);
         let mut interrupted = false;
         match self.spec.replay.mode {
             Replay::Closed => {
@@ -277,7 +286,8 @@ impl<'a> Sim<'a> {
         )
     }
 
-    fn at(&self, t: u64) -> Instant {
+    /// Virtual time `t` as the `Instant` the dcm machines take.
+    pub(crate) fn at(&self, t: u64) -> Instant {
         self.base + Duration::from_nanos(t)
     }
 
@@ -293,8 +303,13 @@ impl<'a> Sim<'a> {
         }));
     }
 
+    /// Virtual time of an `Instant` the dcm machines returned.
+    pub(crate) fn virtual_ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// Runs `cost` on `node`'s CPU from `t`: when it is done.
-    fn cpu(&mut self, node: NodeIx, t: u64, cost: u64) -> u64 {
+    pub(crate) fn cpu(&mut self, node: NodeIx, t: u64, cost: u64) -> u64 {
         let n = &mut self.nodes[node as usize];
         let start = t.max(n.cpu_free);
         n.cpu_free = start + cost;
@@ -370,7 +385,7 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn job(&self, job: u32) -> &Job {
+    pub(crate) fn job(&self, job: u32) -> &Job {
         self.jobs[job as usize].as_ref().expect("live job")
     }
 
@@ -387,6 +402,7 @@ impl<'a> Sim<'a> {
             Ev::Deadline { node, reqnum } => self.deadline(node, reqnum),
             Ev::Response { job, served } => self.response(job, served),
             Ev::ClientDone { req, served, node } => self.client_done(req, served, node),
+            Ev::Tick { node } => crate::proto::on_tick(self, node),
         }
     }
 
@@ -447,44 +463,65 @@ impl<'a> Sim<'a> {
             self.follow(job, route, t);
             return;
         }
-        match self.spec.protocol.name {
-            Protocol::None | Protocol::Icp | Protocol::Carp => {}
-            other => unreachable!("{} is refused by Sim::check", other.as_str()),
+        if !matches!(self.spec.protocol.name, Protocol::None | Protocol::Icp) {
+            crate::proto::search(self, job, node, obj_ix, t);
+            return;
         }
         let search = n.mesh.begin(at, &obj.url, &obj.host, true);
-        let url_len = obj.url.len() as u64;
+        let peers: Vec<PeerId> = search.queries.iter().map(|(p, _)| *p).collect();
+        self.send_icp_queries(node, obj_ix, search.reqnum, &peers, t);
+        self.start_search(job, node, search.reqnum, search.outcome, t);
+    }
+
+    /// Sends ICP queries for `obj` (search `reqnum`) from `node` to `peers`, one after the
+    /// other on its CPU from `t`.
+    pub(crate) fn send_icp_queries(
+        &mut self,
+        node: NodeIx,
+        obj: u32,
+        reqnum: u32,
+        peers: &[PeerId],
+        t: u64,
+    ) {
+        let bytes = ICP_QUERY_OVERHEAD + self.trace.objects[obj as usize].url.len() as u64 + 1;
         let mut sent = t;
-        for (peer, _) in &search.queries {
+        for peer in peers {
             let to = self.nodes[node as usize].peer_nodes[peer.0];
             sent = self.cpu(node, sent, ns(self.spec.net.cpu_datagram));
             self.send_datagram(
                 node,
                 to,
                 sent,
-                ICP_QUERY_OVERHEAD + url_len + 1,
+                bytes,
                 Kind::IcpQuery,
-                Payload::IcpQuery {
-                    obj: obj_ix,
-                    reqnum: search.reqnum,
-                },
+                Payload::IcpQuery { obj, reqnum },
             );
         }
-        match search.outcome {
+    }
+
+    /// Follows a decided search now, or waits for its replies until its deadline.
+    pub(crate) fn start_search(
+        &mut self,
+        job: u32,
+        node: NodeIx,
+        reqnum: u32,
+        outcome: Outcome,
+        t: u64,
+    ) {
+        match outcome {
             Outcome::Decided(route) => self.follow(job, route, t),
             Outcome::Wait { deadline } => {
-                self.nodes[node as usize]
-                    .searches
-                    .insert(search.reqnum, job);
-                let d = u64::try_from(deadline.duration_since(self.base).as_nanos())
-                    .unwrap_or(u64::MAX);
-                self.schedule(
-                    d,
-                    Ev::Deadline {
-                        node,
-                        reqnum: search.reqnum,
-                    },
-                );
+                self.nodes[node as usize].searches.insert(reqnum, job);
+                let d = self.virtual_ns(deadline);
+                self.schedule(d, Ev::Deadline { node, reqnum });
             }
+        }
+    }
+
+    /// Search `reqnum` at `node` is decided: its job follows `route`.
+    pub(crate) fn decided(&mut self, node: NodeIx, reqnum: u32, route: Route, t: u64) {
+        if let Some(job) = self.nodes[node as usize].searches.remove(&reqnum) {
+            self.follow(job, route, t);
         }
     }
 
@@ -517,18 +554,13 @@ impl<'a> Sim<'a> {
                     Holding::Nothing
                 };
                 let kind = answer(asker, holding);
-                let bytes = ICP_REPLY_OVERHEAD + o.url.len() as u64 + 1;
-                let sent = self.cpu(to, t, ns(self.spec.net.cpu_datagram));
-                self.send_datagram(
-                    to,
-                    from,
-                    sent,
-                    bytes,
-                    Kind::IcpReply,
-                    Payload::IcpReply { obj, reqnum, kind },
-                );
+                self.send_icp_reply(to, from, obj, reqnum, kind, t);
             }
             Payload::IcpReply { obj, reqnum, kind } => {
+                if !matches!(self.spec.protocol.name, Protocol::None | Protocol::Icp | Protocol::Summary) {
+                    crate::proto::on_icp_reply(self, to, from, obj, reqnum, kind, t);
+                    return;
+                }
                 let at = self.at(self.now);
                 let url = &self.trace.objects[obj as usize].url;
                 let n = &mut self.nodes[to as usize];
@@ -543,22 +575,63 @@ impl<'a> Sim<'a> {
                     },
                 );
                 if let Some((reqnum, route)) = decided {
-                    if let Some(job) = n.searches.remove(&reqnum) {
-                        self.follow(job, route, t);
-                    }
+                    self.decided(to, reqnum, route, t);
                 }
             }
+            Payload::Proto(msg) => crate::proto::on_message(self, to, from, msg, t),
         }
+    }
+
+    /// Sends an ICP reply of `kind` for `obj` (search `reqnum`) from `node` to `to`, after
+    /// `t` on its CPU.
+    pub(crate) fn send_icp_reply(
+        &mut self,
+        node: NodeIx,
+        to: NodeIx,
+        obj: u32,
+        reqnum: u32,
+        kind: ReplyKind,
+        t: u64,
+    ) {
+        let bytes = ICP_REPLY_OVERHEAD + self.trace.objects[obj as usize].url.len() as u64 + 1;
+        let sent = self.cpu(node, t, ns(self.spec.net.cpu_datagram));
+        self.send_datagram(
+            node,
+            to,
+            sent,
+            bytes,
+            Kind::IcpReply,
+            Payload::IcpReply { obj, reqnum, kind },
+        );
+    }
+
+    /// Sends a protocol message of `bytes` (payload, without IP/UDP headers) from `node` to
+    /// `to`, after `t` on its CPU.
+    pub(crate) fn send_proto(
+        &mut self,
+        node: NodeIx,
+        to: NodeIx,
+        bytes: u64,
+        kind: Kind,
+        msg: crate::proto::Msg,
+        t: u64,
+    ) {
+        let sent = self.cpu(node, t, ns(self.spec.net.cpu_datagram));
+        self.send_datagram(node, to, sent, bytes, kind, Payload::Proto(msg));
     }
 
     fn deadline(&mut self, node: NodeIx, reqnum: u32) {
         let at = self.at(self.now);
-        let n = &mut self.nodes[node as usize];
-        let Some(job) = n.searches.remove(&reqnum) else {
+        if !self.nodes[node as usize].searches.contains_key(&reqnum) {
             return;
+        }
+        let route = match self.spec.protocol.name {
+            Protocol::None | Protocol::Icp | Protocol::Summary => {
+                self.nodes[node as usize].mesh.on_deadline(at, reqnum)
+            }
+            _ => crate::proto::on_deadline(self, node, reqnum),
         };
-        let route = n.mesh.on_deadline(at, reqnum).unwrap_or_else(Route::direct);
-        self.follow(job, route, self.now);
+        self.decided(node, reqnum, route.unwrap_or_else(Route::direct), self.now);
     }
 
     fn follow(&mut self, job: u32, route: Route, t: u64) {
@@ -636,6 +709,9 @@ impl<'a> Sim<'a> {
             proxy_only = n.mesh.peers()[peer.0].spec.proxy_only;
         }
         if served == Served::Refused {
+            if let Some(peer) = current {
+                crate::proto::on_refused(self, node, peer, r.obj);
+            }
             self.try_next(job, t);
             return;
         }
@@ -651,6 +727,8 @@ impl<'a> Sim<'a> {
             .iter()
             .filter(|e| matches!(e, StoreEvent::Evicted { .. }))
             .count() as u64;
+        crate::proto::on_store_events(self, node, r.obj, &events, t);
+        let n = &mut self.nodes[node as usize];
         let followers = n.fetching.remove(&r.obj).unwrap_or_default();
         for f in followers.into_iter().filter(|&f| f != job) {
             self.respond(f, Served::Collapsed(node), t);
@@ -720,13 +798,7 @@ impl<'a> Sim<'a> {
     }
 }
 
-/// Whether the engine can run `spec` (every protocol it knows).
+/// Whether the engine can run `spec`.
 pub fn check(spec: &SimSpec) -> Result<(), String> {
-    match spec.protocol.name {
-        Protocol::None | Protocol::Icp | Protocol::Carp => Ok(()),
-        other => Err(format!(
-            "protocol {}: not simulated yet (none, icp and carp are)",
-            other.as_str()
-        )),
-    }
+    crate::proto::check(spec)
 }

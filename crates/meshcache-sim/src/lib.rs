@@ -8,6 +8,7 @@
 pub mod model;
 pub mod plot;
 pub mod engine;
+mod proto;
 pub mod mesh;
 pub mod results;
 pub mod spec;

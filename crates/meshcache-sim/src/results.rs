@@ -69,6 +69,14 @@ pub enum Kind {
     /// HTTP requests between caches (their responses' bytes are added with
     /// [`Traffic::peer_response`]).
     PeerHttp,
+    /// Summary Cache delta updates (and full-array transfers).
+    Summary,
+    /// Cache Digest fetches (one HTTP exchange each; the bytes are the digest's).
+    Digest,
+    /// Directory datagrams (lookups, answers, add/delete updates).
+    Directory,
+    /// Multicast queries (one datagram per group send) and their replies.
+    Multicast,
 }
 
 /// Inter-cache traffic.
@@ -84,6 +92,22 @@ pub struct Traffic {
     pub peer_http: u64,
     /// Bytes of those requests' headers and of their responses.
     pub peer_http_bytes: u64,
+    /// Summary Cache update messages.
+    pub summary_messages: u64,
+    /// Their bytes.
+    pub summary_bytes: u64,
+    /// Cache Digest fetches.
+    pub digest_fetches: u64,
+    /// Their bytes.
+    pub digest_bytes: u64,
+    /// Directory datagrams.
+    pub directory_messages: u64,
+    /// Their bytes.
+    pub directory_bytes: u64,
+    /// Multicast datagrams.
+    pub multicast_messages: u64,
+    /// Their bytes.
+    pub multicast_bytes: u64,
 }
 
 impl Traffic {
@@ -102,6 +126,22 @@ impl Traffic {
                 self.peer_http += 1;
                 self.peer_http_bytes += bytes;
             }
+            Kind::Summary => {
+                self.summary_messages += 1;
+                self.summary_bytes += bytes;
+            }
+            Kind::Digest => {
+                self.digest_fetches += 1;
+                self.digest_bytes += bytes;
+            }
+            Kind::Directory => {
+                self.directory_messages += 1;
+                self.directory_bytes += bytes;
+            }
+            Kind::Multicast => {
+                self.multicast_messages += 1;
+                self.multicast_bytes += bytes;
+            }
         }
     }
 
@@ -110,14 +150,25 @@ impl Traffic {
         self.peer_http_bytes += bytes;
     }
 
-    /// Protocol datagrams of every kind.
+    /// Protocol messages of every kind: datagrams (ICP, summary updates, directory,
+    /// multicast) and digest fetches — the inter-cache messages the Summary Cache paper
+    /// counts. HTTP requests for objects are counted apart ([`Traffic::peer_http`]).
     pub fn datagrams(&self) -> u64 {
-        self.icp_queries + self.icp_replies
+        self.icp_queries
+            + self.icp_replies
+            + self.summary_messages
+            + self.digest_fetches
+            + self.directory_messages
+            + self.multicast_messages
     }
 
-    /// Bytes of those datagrams.
+    /// Bytes of those messages.
     pub fn datagram_bytes(&self) -> u64 {
         self.icp_bytes
+            + self.summary_bytes
+            + self.digest_bytes
+            + self.directory_bytes
+            + self.multicast_bytes
     }
 }
 
@@ -186,9 +237,9 @@ pub struct Results {
     pub byte_hit_ratio: f64,
     /// Inter-cache messages.
     pub traffic: Traffic,
-    /// Protocol datagrams per request answered.
+    /// Protocol messages (see [`Traffic::datagrams`]) per request answered.
     pub datagrams_per_request: f64,
-    /// Protocol datagram bytes per request.
+    /// Protocol message bytes per request.
     pub datagram_bytes_per_request: f64,
     /// HTTP requests between caches per request.
     pub peer_http_per_request: f64,
