@@ -92,6 +92,10 @@ pub(crate) enum Ev {
     ClientDone { req: u32, served: Served, node: NodeIx },
     /// A protocol's timer at `node` (digest rebuilds and fetches, directory upkeep).
     Tick { node: NodeIx },
+    /// A protocol's periodic timer at `node` that does not keep the run going (the
+    /// directory's renewal): the run ends when only these are left, and serial replay does
+    /// not wait for them. Handled as a [`Ev::Tick`].
+    Timer { node: NodeIx },
 }
 
 /// What a datagram carries.
@@ -107,29 +111,6 @@ pub(crate) enum Payload {
     },
     /// A protocol's own message (summary updates, directory operations, multicast queries).
     Proto(crate::proto::Msg),
-}
-
-struct Item {
-    t: u64,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Item {
-    fn eq(&self, other: &Self) -> bool {
-        (self.t, self.seq) == (other.t, other.seq)
-    }
-}
-impl Eq for Item {}
-impl PartialOrd for Item {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Item {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.t, self.seq).cmp(&(other.t, other.seq))
-    }
 }
 
 /// Reports progress and honours interruption.
@@ -148,9 +129,15 @@ pub struct Sim<'a> {
     base: Instant,
     pub(crate) now: u64,
     seq: u64,
-    queue: BinaryHeap<Reverse<Item>>,
+    /// Pending events by (time, sequence, slot in `events`): the heap moves 24-byte keys,
+    /// whatever an event's size.
+    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    events: Vec<Option<Ev>>,
+    free_events: Vec<u32>,
     /// Events in the queue that are not ICP deadlines (serial replay waits for none left).
     work: u64,
+    /// [`Ev::Timer`]s in the queue.
+    timers: u64,
     jobs: Vec<Option<Job>>,
     free_jobs: Vec<u32>,
     /// When each request was issued.
@@ -175,7 +162,7 @@ pub(crate) fn ns(d: Duration) -> u64 {
 }
 
 /// Transfer time of `bytes` at `bits_per_s` (0: instantaneous).
-fn wire(bytes: u64, bits_per_s: u64) -> u64 {
+pub(crate) fn wire(bytes: u64, bits_per_s: u64) -> u64 {
     if bits_per_s == 0 {
         0
     } else {
@@ -202,7 +189,10 @@ impl<'a> Sim<'a> {
             now: 0,
             seq: 0,
             queue: BinaryHeap::new(),
+            events: Vec::new(),
+            free_events: Vec::new(),
             work: 0,
+            timers: 0,
             jobs: Vec::new(),
             free_jobs: Vec::new(),
             issued: vec![0; trace.requests.len()],
@@ -249,7 +239,7 @@ impl<'a> Sim<'a> {
             if self.spec.replay.mode == Replay::Timed && self.next_req < self.trace.requests.len()
             {
                 let t = self.trace.requests[self.next_req].time_ns;
-                if self.queue.peek().is_none_or(|Reverse(i)| t <= i.t) {
+                if self.queue.peek().is_none_or(|Reverse((at, _, _))| t <= *at) {
                     self.now = self.now.max(t);
                     let r = self.next_req as u32;
                     self.next_req += 1;
@@ -262,14 +252,24 @@ impl<'a> Sim<'a> {
                 self.issue_serial();
                 continue;
             }
-            let Some(Reverse(item)) = self.queue.pop() else {
+            let issuing = self.spec.replay.mode == Replay::Timed
+                && self.next_req < self.trace.requests.len();
+            if self.queue.len() as u64 == self.timers && !issuing {
+                // Only periodic timers left: nothing more will happen.
+                break;
+            }
+            let Some(Reverse((t, _, slot))) = self.queue.pop() else {
                 break;
             };
-            if !matches!(item.ev, Ev::Deadline { .. }) {
-                self.work -= 1;
+            let ev = self.events[slot as usize].take().expect("queued event");
+            self.free_events.push(slot);
+            match ev {
+                Ev::Deadline { .. } => {}
+                Ev::Timer { .. } => self.timers -= 1,
+                _ => self.work -= 1,
             }
-            self.now = item.t;
-            self.handle(item.ev);
+            self.now = t;
+            self.handle(ev);
         }
         (control.progress)(self.classified.requests);
         let wall = wall.elapsed();
@@ -292,15 +292,28 @@ impl<'a> Sim<'a> {
     }
 
     pub(crate) fn schedule(&mut self, t: u64, ev: Ev) {
-        if !matches!(ev, Ev::Deadline { .. }) {
-            self.work += 1;
+        match ev {
+            Ev::Deadline { .. } => {}
+            Ev::Timer { .. } => self.timers += 1,
+            _ => self.work += 1,
         }
         self.seq += 1;
-        self.queue.push(Reverse(Item {
-            t,
-            seq: self.seq,
-            ev,
-        }));
+        let slot = match self.free_events.pop() {
+            Some(slot) => {
+                self.events[slot as usize] = Some(ev);
+                slot
+            }
+            None => {
+                self.events.push(Some(ev));
+                (self.events.len() - 1) as u32
+            }
+        };
+        self.queue.push(Reverse((t, self.seq, slot)));
+    }
+
+    /// Sets a periodic protocol timer of `node` for `t` ([`Ev::Timer`]).
+    pub(crate) fn schedule_timer(&mut self, t: u64, node: NodeIx) {
+        self.schedule(t, Ev::Timer { node });
     }
 
     /// Virtual time of an `Instant` the dcm machines returned.
@@ -402,7 +415,7 @@ impl<'a> Sim<'a> {
             Ev::Deadline { node, reqnum } => self.deadline(node, reqnum),
             Ev::Response { job, served } => self.response(job, served),
             Ev::ClientDone { req, served, node } => self.client_done(req, served, node),
-            Ev::Tick { node } => crate::proto::on_tick(self, node),
+            Ev::Tick { node } | Ev::Timer { node } => crate::proto::on_tick(self, node),
         }
     }
 

@@ -183,3 +183,38 @@ fn interruption_reports_partial_results() {
     assert!(r.interrupted);
     assert!(r.answered.requests < 200_000);
 }
+
+/// The event-free loop for one cache replayed serially gives exactly the engine's results.
+#[test]
+fn single_cache_loop_equals_the_engine() {
+    let trace = benchmark(20, 300, false);
+    for replacement in [
+        meshcache_store::Replacement::Lru,
+        meshcache_store::Replacement::Gdsf,
+    ] {
+        let mut spec = SimSpec::default();
+        spec.mesh.caches = 1;
+        spec.mesh.cache_size = bytesize::ByteSize::mib(8);
+        spec.mesh.replacement = replacement;
+        spec.protocol.name = Protocol::None;
+        spec.replay.mode = Replay::Serial;
+        assert!(meshcache_sim::single::applies(&spec));
+        let fast = run(&spec, &trace);
+        let stop = AtomicBool::new(false);
+        let mut progress = |_| {};
+        let engine = meshcache_sim::Sim::new(&spec, &trace).run(Control {
+            stop: &stop,
+            progress: &mut progress,
+        });
+        assert!(fast.nodes[0].evictions > 0, "replacement ran");
+        let same = |r: &Results| {
+            (
+                r.answered.clone(),
+                r.latency_ms.clone(),
+                r.nodes.clone(),
+                r.simulated_seconds,
+            )
+        };
+        assert_eq!(same(&fast), same(&engine), "{replacement:?}");
+    }
+}

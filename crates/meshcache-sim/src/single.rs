@@ -1,0 +1,89 @@
+//! One cache, one request at a time: a replay with no events at all.
+//!
+//! With a single cache and no parent there is nobody to talk to, and with serial replay
+//! nothing overlaps, so no queue ever forms: each request's fate is the store's answer and its
+//! latency a sum of fixed terms. This loop gives exactly what the engine gives for such a
+//! spec (a test compares them field by field) at the speed of the store alone — the speed a
+//! cache-replacement study needs, to compare with single-cache simulators on the same trace.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use meshcache_store::StoreEvent;
+
+use crate::engine::{ns, wire, Control};
+use crate::mesh::{self, Node};
+use crate::results::{self, Classified, Outcome, Results, Traffic};
+use crate::spec::{Replay, SimSpec};
+use crate::trace::Trace;
+
+/// Whether `spec` is a single cache replayed serially.
+pub fn applies(spec: &SimSpec) -> bool {
+    spec.mesh.caches == 1 && spec.mesh.parents == 0 && spec.replay.mode == Replay::Serial
+}
+
+/// Replays `trace` through the one cache of `spec` (see [`applies`]).
+pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
+    let wall = Instant::now();
+    let mut nodes: Vec<Node> = mesh::build(spec);
+    let node = &mut nodes[0];
+    let net = &spec.net;
+    let hdr = net.http_header_bytes;
+    let (client_latency, origin_latency) = (ns(net.client_latency), ns(net.origin_latency));
+    let cpu_request = ns(net.cpu_request);
+    let cpu_per_kib = ns(net.cpu_per_kib);
+    let mut classified = Classified::default();
+    let mut latency = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    let mut now: u64 = 0;
+    let mut interrupted = false;
+    for (i, r) in trace.requests.iter().enumerate() {
+        if i % 65_536 == 65_535 {
+            (control.progress)(classified.requests);
+            if control.stop.load(Ordering::Relaxed) {
+                interrupted = true;
+                break;
+            }
+        }
+        now = now.max(r.time_ns);
+        let obj = &trace.objects[r.obj as usize];
+        node.stats.client_requests += 1;
+        node.stats.cpu_ns += cpu_request;
+        let to_client = wire(r.size + hdr, net.client_bandwidth) + client_latency;
+        let mut elapsed = client_latency + cpu_request;
+        let outcome = if node.store.get(&obj.key).is_some() {
+            node.stats.store_hits += 1;
+            Outcome::Local
+        } else {
+            node.stats.origin_fetches += 1;
+            let body_cpu = cpu_request + cpu_per_kib * r.size.div_ceil(1024);
+            node.stats.cpu_ns += body_cpu;
+            elapsed += 2 * origin_latency + wire(r.size + hdr, net.origin_bandwidth) + body_cpu;
+            if obj.cacheable {
+                if let Ok(events) = node.store.insert(obj.key, mesh::body(r.size)) {
+                    node.stats.evictions += events
+                        .iter()
+                        .filter(|e| matches!(e, StoreEvent::Evicted { .. }))
+                        .count() as u64;
+                }
+            }
+            Outcome::Miss
+        };
+        elapsed += to_client;
+        let _ = latency.record((elapsed / 1_000).max(1));
+        now += elapsed;
+        classified.add(outcome, r.size);
+    }
+    (control.progress)(classified.requests);
+    results::build(
+        spec,
+        trace,
+        &nodes,
+        classified,
+        Traffic::default(),
+        &latency,
+        now,
+        wall.elapsed(),
+        interrupted,
+    )
+}
