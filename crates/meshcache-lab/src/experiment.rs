@@ -240,6 +240,11 @@ pub struct Clients {
     /// CPU list the lab's clients and origins are pinned to (`taskset -c`), e.g. "0".
     #[serde(default)]
     pub cpus: String,
+    /// Replay the whole workload one request at a time, in trace order, each to its client's
+    /// node (`outstanding` and `think` do not apply): a run the simulator can reproduce
+    /// exactly.
+    #[serde(default)]
+    pub serial: bool,
 }
 
 impl Default for Clients {
@@ -251,6 +256,7 @@ impl Default for Clients {
             warmup_pass: false,
             deadline: default_deadline(),
             cpus: String::new(),
+            serial: false,
         }
     }
 }

@@ -131,6 +131,30 @@ pub async fn replay(
         .collect()
 }
 
+/// Replays `order` (requests in trace order, each with the index of its job in `jobs`) one
+/// at a time: each request is sent when the one before has been answered. Returns one
+/// outcome per job, as [`replay`] does.
+pub async fn serial(
+    jobs: &[NodeJob],
+    order: &[(usize, Request)],
+    exp: &Experiment,
+    bar: Option<&ProgressBar>,
+) -> Vec<JobOutcome> {
+    let mut outcomes: Vec<JobOutcome> = jobs.iter().map(|_| merge(&[])).collect();
+    for (done, (j, request)) in order.iter().enumerate() {
+        let one = NodeJob {
+            streams: vec![vec![request.clone()]],
+            ..jobs[*j].clone()
+        };
+        let outcome = replay(std::slice::from_ref(&one), exp, None).await;
+        outcomes[*j] = merge(&[std::mem::replace(&mut outcomes[*j], merge(&[])), merge(&outcome)]);
+        if let Some(b) = bar {
+            b.set_position(done as u64 + 1);
+        }
+    }
+    outcomes
+}
+
 /// Awaits all futures concurrently (in this task), keeping their order.
 async fn futures_join_all<F: std::future::Future>(
     futures: impl IntoIterator<Item = F>,

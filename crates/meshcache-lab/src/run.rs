@@ -659,8 +659,26 @@ async fn run_one(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Serial replay: every request in trace order, with the job (node) it belongs to.
+    let order: Vec<(usize, Request)> = if exp.clients.serial {
+        let job_of: BTreeMap<usize, usize> =
+            client_nodes.iter().enumerate().map(|(j, &i)| (i, j)).collect();
+        w.requests
+            .iter()
+            .map(|r| {
+                let node = client_nodes[r.client as usize % client_nodes.len()];
+                (job_of[&node], r.clone())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     if exp.clients.warmup_pass {
-        crate::replay::replay(&jobs, exp, None).await;
+        if exp.clients.serial {
+            crate::replay::serial(&jobs, &order, exp, None).await;
+        } else {
+            crate::replay::replay(&jobs, exp, None).await;
+        }
     }
 
     // Measured pass.
@@ -679,7 +697,11 @@ async fn run_one(
     let before = snapshot(&running, ticks)?;
     let origin_before: u64 = running.origins.iter().map(|o| o.total()).sum();
     let wall = Instant::now();
-    let reports = crate::replay::replay(&jobs, exp, Some(&bar)).await;
+    let reports = if exp.clients.serial {
+        crate::replay::serial(&jobs, &order, exp, Some(&bar)).await
+    } else {
+        crate::replay::replay(&jobs, exp, Some(&bar)).await
+    };
     let wall_s = wall.elapsed().as_secs_f64();
     let after = snapshot(&running, ticks)?;
     bar.finish_and_clear();
