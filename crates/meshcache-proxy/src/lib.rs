@@ -6,7 +6,8 @@
 //! and goes upstream through [`upstream`] (persistent pooled connections). The response body
 //! ([`body`]) streams back to the client, captures a copy for the store when allowed, and ends
 //! the transaction with one line in the [`accesslog`] and the [`metrics`]. [`efficiency`] times
-//! the work by kind (clients, peers, searches) against the process's CPU time.
+//! the work by kind (clients, peers, searches) against the process's CPU time. [`sockopt`]
+//! applies each side's socket options and reads back what the kernel made of them.
 //!
 //! Embedding it:
 //! ```no_run
@@ -37,6 +38,7 @@ pub mod outcome;
 pub mod semantics;
 pub mod server;
 mod service;
+pub mod sockopt;
 pub mod summary;
 mod tunnel;
 pub mod upstream;

@@ -42,6 +42,8 @@ pub struct Metrics {
     pub applets_not_stored: AtomicU64,
     /// Time by kind of work, and requests by sender.
     pub efficiency: crate::efficiency::Efficiency,
+    /// Each side's socket options as the kernel reports them.
+    pub sockets: crate::sockopt::SocketsSeen,
     latency_us: Mutex<Histogram<u64>>,
 }
 
@@ -84,6 +86,7 @@ impl Metrics {
             collapsed: AtomicU64::new(0),
             applets_not_stored: AtomicU64::new(0),
             efficiency: crate::efficiency::Efficiency::default(),
+            sockets: crate::sockopt::SocketsSeen::default(),
             latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds"),
             ),
@@ -151,6 +154,7 @@ impl Metrics {
                 max: h.max() as f64 / 1000.0,
             },
             store,
+            sockets: self.sockets.report(),
         }
     }
 
@@ -317,6 +321,8 @@ pub struct Snapshot {
     pub latency_ms: LatencySummary,
     /// Store figures.
     pub store: StoreStats,
+    /// The latest connection's socket options on each side, read back from the kernel.
+    pub sockets: crate::sockopt::SocketsReport,
 }
 
 #[cfg(test)]

@@ -27,7 +27,8 @@ use crate::efficiency::{Category, ConnCategory, Source, Timed};
 use crate::guard::{GuardedStream, HeadLimits, ViolationSlot};
 use crate::metrics::Metrics;
 use crate::outcome::{HierCode, ResultCode};
-use crate::upstream::{apply_socket_options, Upstream, SWEEP_INTERVAL};
+use crate::sockopt::{self, Side};
+use crate::upstream::{Upstream, SWEEP_INTERVAL};
 use crate::{admin, headers, service, ProxyError, Shared};
 
 /// Bound sockets for a proxy.
@@ -98,7 +99,7 @@ fn bind_tcp(addr: SocketAddr, opts: &SocketOptions) -> Result<TcpListener, Proxy
             TcpSocket::new_v6()?
         };
         socket.set_reuseaddr(true)?;
-        apply_socket_options(&socket, opts)?;
+        sockopt::set_buffers(&socket, opts)?;
         socket.bind(addr)?;
         socket.listen(1024)
     };
@@ -337,7 +338,8 @@ async fn serve_connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let cfg = &shared.config.http;
-    let _ = stream.set_nodelay(cfg.socket.nodelay);
+    // The buffer sizes came with the listener's; TCP_NODELAY is set here.
+    sockopt::connected(&stream, &cfg.socket, Side::Client, &shared.metrics.sockets);
     let slot = ViolationSlot::default();
     let limits = HeadLimits {
         max_bytes: usize::try_from(cfg.max_header_bytes).unwrap_or(usize::MAX),

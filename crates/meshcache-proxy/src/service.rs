@@ -861,7 +861,7 @@ async fn pass_through(
                         .headers()
                         .get(&name)
                         .and_then(|v| v.to_str().ok())
-                        .and_then(|l| same_host_url(&target, l))
+                        .and_then(|l| same_origin_url(&target, l))
                     {
                         shared.cache.invalidate(&url, InvalidateCause::UnsafeMethod);
                     }
@@ -893,25 +893,76 @@ async fn pass_through(
     }
 }
 
-/// Resolves a Location-style reference against the target; only URLs on the same host count.
-fn same_host_url(target: &Target, reference: &str) -> Option<String> {
-    if reference.starts_with('/') && !reference.starts_with("//") {
-        let base = target.url.len() - target.path.len();
-        return Some(format!("{}{reference}", &target.url[..base]));
-    }
-    let uri: Uri = reference.parse().ok()?;
-    let auth = uri.authority()?;
-    let same = uri.scheme_str() == Some("http")
-        && auth.host().eq_ignore_ascii_case(&target.host)
-        && auth.port_u16().unwrap_or(80) == target.port;
-    same.then(|| {
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        if target.port == 80 {
-            format!("http://{}{path}", target.host)
+/// Resolves a `Location`-style URI reference against the target URL (RFC 3986 §5.2: absolute,
+/// network-path, absolute-path, relative-path and query-only references, dot segments removed,
+/// the fragment dropped) into a cache key. `None` unless the result is on the target's origin
+/// (scheme, host and port): RFC 9111 §4.4 forbids invalidating another origin's URLs.
+fn same_origin_url(target: &Target, reference: &str) -> Option<String> {
+    let reference = reference.split('#').next().unwrap_or("");
+    let origin = &target.url[..target.url.len() - target.path.len()];
+    let (base_path, _) = target.path.split_once('?').unwrap_or((&target.path, ""));
+    let has_scheme = reference.split_once(':').is_some_and(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    });
+    let (path, query) = if has_scheme || reference.starts_with("//") {
+        let absolute = if has_scheme {
+            reference.to_owned()
         } else {
-            format!("http://{}:{}{path}", target.host, target.port)
+            format!("http:{reference}")
+        };
+        let uri: Uri = absolute.parse().ok()?;
+        let auth = uri.authority()?;
+        let same = uri.scheme_str() == Some("http")
+            && auth.host().eq_ignore_ascii_case(&target.host)
+            && auth.port_u16().unwrap_or(80) == target.port;
+        if !same {
+            return None;
         }
+        (uri.path().to_owned(), uri.query().map(str::to_owned))
+    } else {
+        let (path, query) = match reference.split_once('?') {
+            Some((p, q)) => (p, Some(q.to_owned())),
+            None => (reference, None),
+        };
+        if path.starts_with('/') {
+            (path.to_owned(), query)
+        } else if path.is_empty() {
+            let query = query.or_else(|| target.path.split_once('?').map(|(_, q)| q.to_owned()));
+            (base_path.to_owned(), query)
+        } else {
+            let dir = &base_path[..=base_path.rfind('/').unwrap_or(0)];
+            (format!("{dir}{path}"), query)
+        }
+    };
+    let path = remove_dot_segments(if path.is_empty() { "/" } else { &path });
+    Some(match query {
+        Some(q) => format!("{origin}{path}?{q}"),
+        None => format!("{origin}{path}"),
     })
+}
+
+/// RFC 3986 §5.2.4 on an absolute path: `.` and `..` segments resolved.
+fn remove_dot_segments(path: &str) -> String {
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+    let last = segments.len() - 1;
+    let mut out: Vec<&str> = Vec::with_capacity(segments.len());
+    for (i, segment) in segments.into_iter().enumerate() {
+        match segment {
+            "." | ".." => {
+                if segment == ".." {
+                    out.pop();
+                }
+                if i == last {
+                    out.push("");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    format!("/{}", out.join("/"))
 }
 
 /// An upstream failure, told to the client.
@@ -1023,16 +1074,46 @@ mod tests {
 
     #[test]
     fn location_resolution() {
-        let target = t("http://a.test:8080/x/y", "/x/y");
+        let target = t("http://a.test:8080/x/y?q=1", "/x/y?q=1");
+        let resolve = |r: &str| same_origin_url(&target, r);
+        for (reference, want) in [
+            ("/z", "http://a.test:8080/z"),
+            ("/z?k=v#frag", "http://a.test:8080/z?k=v"),
+            ("http://A.test:8080/q?1", "http://a.test:8080/q?1"),
+            ("HTTP://a.test:8080/q", "http://a.test:8080/q"),
+            ("//a.test:8080/n", "http://a.test:8080/n"),
+            ("z", "http://a.test:8080/x/z"),
+            ("./z/", "http://a.test:8080/x/z/"),
+            ("../z", "http://a.test:8080/z"),
+            ("../../../z", "http://a.test:8080/z"),
+            ("/p/./q/../r", "http://a.test:8080/p/r"),
+            ("..", "http://a.test:8080/"),
+            ("?k=v", "http://a.test:8080/x/y?k=v"),
+            ("", "http://a.test:8080/x/y?q=1"),
+            ("#top", "http://a.test:8080/x/y?q=1"),
+        ] {
+            assert_eq!(resolve(reference).as_deref(), Some(want), "{reference:?}");
+        }
+        for other_origin in [
+            "http://b.test:8080/q",
+            "http://a.test/q",
+            "http://a.test:8081/q",
+            "https://a.test:8080/q",
+            "//b.test/q",
+            "//a.test/q",
+            "ftp://a.test:8080/q",
+            "mailto:x@a.test",
+        ] {
+            assert_eq!(resolve(other_origin), None, "{other_origin:?}");
+        }
+        let on_80 = t("http://a.test/d/", "/d/");
         assert_eq!(
-            same_host_url(&target, "/z").as_deref(),
-            Some("http://a.test:8080/z")
+            same_origin_url(&on_80, "http://a.test:80/e").as_deref(),
+            Some("http://a.test/e")
         );
         assert_eq!(
-            same_host_url(&target, "http://A.test:8080/q?1").as_deref(),
-            Some("http://a.test:8080/q?1")
+            same_origin_url(&on_80, "e").as_deref(),
+            Some("http://a.test/d/e")
         );
-        assert_eq!(same_host_url(&target, "http://b.test:8080/q"), None);
-        assert_eq!(same_host_url(&target, "//b.test/q"), None);
     }
 }

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use http::{request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 use tokio_io_timeout::TimeoutStream;
 
 use crate::body::{ProxyBody, Transaction};
+use crate::error::UpstreamError;
 use crate::outcome::{HierCode, ResultCode};
 use crate::service::refuse;
 use crate::Shared;
@@ -49,38 +49,26 @@ pub(crate) async fn connect(
             &format!("CONNECT to port {port} is not allowed (http.connect_ports)"),
         );
     }
-    let timeout = shared.config.upstream.connect_timeout;
     let host = authority.host().to_ascii_lowercase();
-    let connect = async {
-        match shared.upstream.static_address(&host) {
-            Some(ip) => TcpStream::connect((ip, port)).await,
-            None => TcpStream::connect((host.as_str(), port)).await,
-        }
-    };
-    let upstream = match tokio::time::timeout(timeout, connect).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
+    // `upstream.socket`'s options, the host table and the connect timeout, as for origins.
+    let upstream = match shared.upstream.open(&host, port).await {
+        Ok(s) => s,
+        Err(e) => {
+            let token = match e {
+                UpstreamError::Resolve { .. } => "dns-failure",
+                UpstreamError::ConnectTimeout { .. } => "upstream-timeout",
+                _ => "connect-failed",
+            };
             return refuse(
                 &shared,
                 txn,
-                StatusCode::BAD_GATEWAY,
+                e.status(),
                 ResultCode::TcpTunnel,
-                "connect-failed",
-                &format!("cannot connect to {authority}: {e}"),
-            )
-        }
-        Err(_) => {
-            return refuse(
-                &shared,
-                txn,
-                StatusCode::GATEWAY_TIMEOUT,
-                ResultCode::TcpTunnel,
-                "upstream-timeout",
-                &format!("connection to {authority} timed out"),
-            )
+                token,
+                &e.to_string(),
+            );
         }
     };
-    let _ = upstream.set_nodelay(shared.config.upstream.socket.nodelay);
     txn.result = ResultCode::TcpTunnel;
     txn.status = 200;
     txn.hierarchy = HierCode::Direct;

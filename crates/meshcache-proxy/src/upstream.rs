@@ -25,13 +25,14 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
-use tokio::net::TcpSocket;
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_io_timeout::TimeoutStream;
 
-use crate::config::{DnsConfig, SocketOptions, UpstreamConfig};
+use crate::config::{DnsConfig, UpstreamConfig};
 use crate::efficiency::{self, ConnCategory, Source, Timed};
 use crate::error::UpstreamError;
 use crate::metrics::Metrics;
+use crate::sockopt::{self, Side};
 
 /// Body of a request sent upstream: the client's, streamed, or none.
 pub type UpBody = Either<Incoming, Empty<Bytes>>;
@@ -239,7 +240,9 @@ impl Upstream {
         }
     }
 
-    async fn connect(&self, host: &str, port: u16) -> Result<Conn, UpstreamError> {
+    /// Opens a TCP connection to `host:port` with `upstream.socket`'s options (the static host
+    /// table first, then the resolver; each address in turn), within `upstream.connect_timeout`.
+    pub async fn open(&self, host: &str, port: u16) -> Result<TcpStream, UpstreamError> {
         let cfg = &self.inner.config;
         let connect = async {
             let mut last = None;
@@ -261,10 +264,8 @@ impl Upstream {
                 };
                 let attempt = async {
                     let socket = socket?;
-                    apply_socket_options(&socket, &cfg.socket)?;
-                    let stream = socket.connect(addr).await?;
-                    stream.set_nodelay(cfg.socket.nodelay)?;
-                    Ok::<_, std::io::Error>(stream)
+                    sockopt::set_buffers(&socket, &cfg.socket)?;
+                    socket.connect(addr).await
                 };
                 match attempt.await {
                     Ok(stream) => return Ok(stream),
@@ -281,6 +282,18 @@ impl Upstream {
             .map_err(|_| UpstreamError::ConnectTimeout {
                 host: host.to_owned(),
             })??;
+        sockopt::connected(
+            &stream,
+            &cfg.socket,
+            Side::Upstream,
+            &self.inner.metrics.sockets,
+        );
+        Ok(stream)
+    }
+
+    async fn connect(&self, host: &str, port: u16) -> Result<Conn, UpstreamError> {
+        let cfg = &self.inner.config;
+        let stream = self.open(host, port).await?;
         self.inner
             .metrics
             .upstream_connections_opened
@@ -312,17 +325,6 @@ impl Upstream {
             category,
         })
     }
-}
-
-/// Applies buffer sizes before connect/listen (so window scaling is negotiated to match).
-pub fn apply_socket_options(socket: &TcpSocket, opts: &SocketOptions) -> std::io::Result<()> {
-    if let Some(n) = opts.send_buffer {
-        socket.set_send_buffer_size(u32::try_from(n).unwrap_or(u32::MAX))?;
-    }
-    if let Some(n) = opts.recv_buffer {
-        socket.set_recv_buffer_size(u32::try_from(n).unwrap_or(u32::MAX))?;
-    }
-    Ok(())
 }
 
 /// How often the pool's idle list is swept.

@@ -608,3 +608,390 @@ async fn hop_by_hop_response_headers_stop_at_the_proxy_on_misses_and_hits() {
     }
     proxy.stop().await;
 }
+
+/// What `getsockopt` reports for a buffer size granted in full: Linux doubles it.
+const SOCKOPT_REPORTED_FACTOR: u64 = if cfg!(target_os = "linux") { 2 } else { 1 };
+
+/// Checks one side of `/stats` → `sockets` against the options asked for.
+fn assert_socket_side(
+    stats: &serde_json::Value,
+    side: &str,
+    asked: &meshcache_proxy::config::SocketOptions,
+    connections: u64,
+) {
+    let s = &stats["sockets"][side];
+    assert_eq!(s["connections"], connections, "{side}: {s}");
+    let last = &s["last"];
+    for (name, want) in [
+        ("send_buffer", asked.send_buffer),
+        ("recv_buffer", asked.recv_buffer),
+    ] {
+        let want = want.expect("asked") * SOCKOPT_REPORTED_FACTOR;
+        assert_eq!(last[name], want, "{side}.{name}: {s}");
+    }
+    assert_eq!(last["nodelay"], asked.nodelay, "{side}.nodelay: {s}");
+}
+
+/// Each side's socket options reach the proxy's own end of the connection: the proxy reads them
+/// back with getsockopt (`/stats` → `sockets`) for a client connection, a pooled origin
+/// connection and a CONNECT tunnel. The sides get different buffer sizes, and TCP_NODELAY is
+/// flipped between two runs, so an option left unapplied (the kernel's default) or taken from
+/// the other side shows.
+#[tokio::test]
+async fn socket_options_are_applied_per_side() {
+    use meshcache_proxy::config::SocketOptions;
+    let origin = Origin::start().await.expect("origin");
+    let port = origin.addr().port();
+    for (client_nodelay, upstream_nodelay) in [(true, false), (false, true)] {
+        let client = SocketOptions {
+            nodelay: client_nodelay,
+            send_buffer: Some(44 * 1024),
+            recv_buffer: Some(56 * 1024),
+        };
+        let upstream = SocketOptions {
+            nodelay: upstream_nodelay,
+            send_buffer: Some(36 * 1024),
+            recv_buffer: Some(68 * 1024),
+        };
+        let (c, u) = (client.clone(), upstream.clone());
+        let proxy = node(move |cfg| {
+            cfg.http.socket = c;
+            cfg.upstream.socket = u;
+            cfg.http.connect_ports = vec![port];
+        })
+        .await;
+        let stats = proxy.stats().await;
+        assert!(stats["sockets"]["client"]["last"].is_null(), "{stats}");
+        let r = get(proxy.addr, &origin.url("/sockopt?size=10")).await;
+        assert_eq!(r.status, 200);
+        let stats = proxy.stats().await;
+        assert_socket_side(&stats, "client", &client, 1);
+        assert_socket_side(&stats, "upstream", &upstream, 1);
+        // A tunnel's upstream connection is an upstream connection too.
+        let req = format!(
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\nGET /t?size=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        let out = raw(proxy.addr, req.as_bytes()).await;
+        assert!(
+            out.starts_with("HTTP/1.1 200") && out.ends_with("abc"),
+            "{out}"
+        );
+        let stats = proxy.stats().await;
+        assert_socket_side(&stats, "client", &client, 2);
+        assert_socket_side(&stats, "upstream", &upstream, 2);
+        proxy.stop().await;
+    }
+}
+
+/// FNV-1a over a byte stream, fed in whatever pieces it arrives in.
+#[derive(Clone, Copy)]
+struct Fnv(u64);
+
+impl Fnv {
+    fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+    fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// `len` pseudo-random bytes (xorshift), so that a lost, repeated or reordered piece shows.
+fn noise(len: usize, seed: u64) -> bytes::Bytes {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out.into()
+}
+
+/// The in-process origin of the streaming tests.
+///
+/// A POST is read frame by frame, publishing how many body bytes have arrived so far, and is
+/// answered once it ended with the count and FNV-1a hash of what arrived
+/// (`X-Received-Bytes`, `X-Received-Fnv`). A GET is answered with `body` (with its length, or
+/// chunked for `/chunked`), of which the second half is sent only after `go` fires.
+#[derive(Clone, Default)]
+struct StreamOrigin {
+    addr: Option<std::net::SocketAddr>,
+    body: bytes::Bytes,
+    received: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    go: std::sync::Arc<tokio::sync::Notify>,
+    /// Set when the origin has handed its last response byte to its connection.
+    sent_all: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A response body fed through a channel, frame by frame.
+struct ChannelBody {
+    rx: tokio::sync::mpsc::Receiver<bytes::Bytes>,
+    len: Option<u64>,
+}
+
+impl hyper::body::Body for ChannelBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|piece| piece.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self.len {
+            Some(n) => hyper::body::SizeHint::with_exact(n),
+            None => hyper::body::SizeHint::default(),
+        }
+    }
+}
+
+impl StreamOrigin {
+    async fn start(body: bytes::Bytes) -> StreamOrigin {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let origin = StreamOrigin {
+            addr: Some(listener.local_addr().expect("addr")),
+            body,
+            ..StreamOrigin::default()
+        };
+        let shared = origin.clone();
+        tokio::spawn(async move {
+            for _ in 0..16 {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let shared = shared.clone();
+                let svc = hyper::service::service_fn(move |req| shared.clone().answer(req));
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+                );
+            }
+        });
+        origin
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.addr.expect("started")
+    }
+
+    fn received(&self) -> u64 {
+        self.received.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn answer(
+        self,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> Result<http::Response<ChannelBody>, std::convert::Infallible> {
+        use http_body_util::BodyExt;
+        use std::sync::atomic::Ordering;
+        const PIECE: usize = 256 * 1024;
+        if req.method() == http::Method::POST {
+            let mut incoming = req.into_body();
+            let mut hash = Fnv::new();
+            while let Some(Ok(frame)) = incoming.frame().await {
+                if let Some(data) = frame.data_ref() {
+                    hash.update(data);
+                    self.received.fetch_add(data.len() as u64, Ordering::SeqCst);
+                }
+            }
+            let mut resp = http::Response::new(ChannelBody {
+                rx: tokio::sync::mpsc::channel(1).1,
+                len: Some(0),
+            });
+            let h = resp.headers_mut();
+            h.insert("x-received-bytes", self.received().into());
+            let fnv = format!("{:016x}", hash.0);
+            h.insert("x-received-fnv", fnv.parse().expect("value"));
+            return Ok(resp);
+        }
+        let chunked = req.uri().path() == "/chunked";
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let len = self.body.len();
+        let mut resp = http::Response::new(ChannelBody {
+            rx,
+            len: (!chunked).then_some(len as u64),
+        });
+        resp.headers_mut().insert(
+            "cache-control",
+            http::HeaderValue::from_static("max-age=60"),
+        );
+        tokio::spawn(async move {
+            let half = (len / 2).next_multiple_of(PIECE);
+            for start in (0..len).step_by(PIECE) {
+                if start == half {
+                    self.go.notified().await;
+                }
+                let piece = self.body.slice(start..(start + PIECE).min(len));
+                if tx.send(piece).await.is_err() {
+                    return;
+                }
+            }
+            self.sent_all.store(true, Ordering::SeqCst);
+        });
+        Ok(resp)
+    }
+}
+
+/// How long a streaming test waits for bytes to come through before it calls the body held.
+const STREAM_WAIT: Duration = Duration::from_secs(20);
+
+/// A 64 MiB request body, chunked and with Content-Length, reaches the origin while the client
+/// is still sending it: the client sends the first half, then waits (at most [`STREAM_WAIT`])
+/// until the origin has all of it before sending the rest. A proxy that buffered the body would
+/// hand the origin nothing until the client had finished. The origin gets exactly the bytes
+/// sent (length and FNV-1a hash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_request_bodies_reach_the_origin_while_the_client_still_sends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const LEN: usize = 64 << 20;
+    const PIECE: usize = 1 << 20;
+    let body = noise(LEN, 7);
+    let mut want = Fnv::new();
+    want.update(&body);
+    let proxy = node(|_| {}).await;
+    for chunked in [true, false] {
+        let origin = StreamOrigin::start(bytes::Bytes::new()).await;
+        let a = origin.addr();
+        let framing = if chunked {
+            "Transfer-Encoding: chunked".to_owned()
+        } else {
+            format!("Content-Length: {LEN}")
+        };
+        let mut s = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST http://{a}/upload HTTP/1.1\r\nHost: {a}\r\n{framing}\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).await.expect("head");
+        let mut sent = 0;
+        for (i, piece) in body.chunks(PIECE).enumerate() {
+            if i == LEN / PIECE / 2 {
+                // Half sent: the origin must have it all before the client goes on.
+                let until = Instant::now() + STREAM_WAIT;
+                while origin.received() < sent as u64 && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert_eq!(
+                    origin.received(),
+                    sent as u64,
+                    "chunked={chunked}: the origin got {} of the {sent} bytes sent so far within {STREAM_WAIT:?}: the proxy holds the request body back",
+                    origin.received()
+                );
+            }
+            if chunked {
+                s.write_all(format!("{:x}\r\n", piece.len()).as_bytes())
+                    .await
+                    .expect("chunk size");
+            }
+            s.write_all(piece).await.expect("body");
+            if chunked {
+                s.write_all(b"\r\n").await.expect("chunk end");
+            }
+            sent += piece.len();
+        }
+        if chunked {
+            s.write_all(b"0\r\n\r\n").await.expect("last chunk");
+        }
+        let mut out = Vec::new();
+        tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out))
+            .await
+            .expect("response in time")
+            .expect("read");
+        let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        assert!(
+            text.starts_with("http/1.1 200"),
+            "chunked={chunked}: {text}"
+        );
+        assert!(
+            text.contains(&format!("x-received-bytes: {LEN}\r\n")),
+            "chunked={chunked}: {text}"
+        );
+        assert!(
+            text.contains(&format!("x-received-fnv: {:016x}\r\n", want.0)),
+            "chunked={chunked}: the origin got other bytes than were sent: {text}"
+        );
+    }
+    proxy.stop().await;
+}
+
+/// A 64 MiB response, with Content-Length and chunked (cacheable, so the chunked one is also
+/// captured for the store until it outgrows `store.max_object_size`), reaches the client while
+/// the origin is still sending it: the origin sends the first half and holds the second back
+/// until the client has received the first (at most [`STREAM_WAIT`]). The client gets exactly
+/// the bytes sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_responses_reach_the_client_while_the_origin_still_sends() {
+    use http_body_util::BodyExt;
+    use std::sync::atomic::Ordering;
+    const LEN: usize = 64 << 20;
+    let body = noise(LEN, 11);
+    let mut want = Fnv::new();
+    want.update(&body);
+    let proxy = node(|_| {}).await;
+    for path in ["/length", "/chunked"] {
+        let origin = StreamOrigin::start(body.clone()).await;
+        let stream = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .expect("handshake");
+        tokio::spawn(conn);
+        let url = format!("http://{}{path}", origin.addr());
+        let req = http::Request::get(url.as_str())
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let resp = tokio::time::timeout(STREAM_WAIT, sender.send_request(req))
+            .await
+            .expect("head in time")
+            .expect("response");
+        assert_eq!(resp.status(), 200, "{path}");
+        let mut incoming = resp.into_body();
+        let (mut got, mut hash) = (0usize, Fnv::new());
+        let first_half = tokio::time::timeout(STREAM_WAIT, async {
+            while got < LEN / 2 {
+                let frame = incoming.frame().await.expect("more body").expect("frame");
+                if let Some(data) = frame.data_ref() {
+                    got += data.len();
+                    hash.update(data);
+                }
+            }
+        })
+        .await;
+        assert!(
+            first_half.is_ok() && !origin.sent_all.load(Ordering::SeqCst),
+            "{path}: the client got {got} bytes of the {} the origin sent before holding back: the proxy holds the response back",
+            LEN / 2
+        );
+        origin.go.notify_one();
+        let rest = tokio::time::timeout(STREAM_WAIT, async {
+            while let Some(frame) = incoming.frame().await {
+                if let Some(data) = frame.expect("frame").data_ref() {
+                    got += data.len();
+                    hash.update(data);
+                }
+            }
+        })
+        .await;
+        assert!(rest.is_ok(), "{path}: the rest did not come in time");
+        assert_eq!(got, LEN, "{path}");
+        assert!(origin.sent_all.load(Ordering::SeqCst), "{path}");
+        assert_eq!(hash.0, want.0, "{path}: other bytes than the origin sent");
+    }
+    proxy.stop().await;
+}

@@ -294,3 +294,166 @@ async fn run(name: &str, steps: Vec<Step>) -> Result<(), String> {
     proxy.stop().await;
     Ok(())
 }
+
+/// An origin for the invalidation scenario: a GET gets its path back, fresh for 60 s; any other
+/// method gets the status its `X-Status` header asks for (201 if none), and its `X-Location` and
+/// `X-Content-Location` headers back as `Location` and `Content-Location`. Requests are counted
+/// by path.
+struct EchoOrigin {
+    addr: std::net::SocketAddr,
+    hits: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<String, u64>>>,
+}
+
+impl EchoOrigin {
+    async fn start(ip: &str) -> EchoOrigin {
+        EchoOrigin::serve(tokio::net::TcpListener::bind((ip, 0)).await.expect("bind"))
+    }
+
+    fn serve(listener: tokio::net::TcpListener) -> EchoOrigin {
+        let origin = EchoOrigin {
+            addr: listener.local_addr().expect("addr"),
+            hits: Default::default(),
+        };
+        let hits = origin.hits.clone();
+        tokio::spawn(async move {
+            for _ in 0..64 {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let hits = hits.clone();
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        *hits.lock().entry(req.uri().path().to_owned()).or_default() += 1;
+                        let asked =
+                            |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+                        let mut resp = http::Response::builder();
+                        if req.method() == http::Method::GET {
+                            resp = resp.status(200).header("cache-control", "max-age=60");
+                        } else {
+                            resp = resp.status(
+                                asked("x-status").map_or(201, |s| s.parse().expect("status")),
+                            );
+                            for (from, to) in [
+                                ("x-location", "location"),
+                                ("x-content-location", "content-location"),
+                            ] {
+                                if let Some(v) = asked(from) {
+                                    resp = resp.header(to, v);
+                                }
+                            }
+                        }
+                        let body = bytes::Bytes::from(req.uri().path().to_owned());
+                        std::future::ready(resp.body(http_body_util::Full::new(body)))
+                    });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc),
+                );
+            }
+        });
+        origin
+    }
+
+    fn hits(&self, path: &str) -> u64 {
+        self.hits.lock().get(path).copied().unwrap_or(0)
+    }
+}
+
+/// One request of the invalidation scenario: method, origin, path, request headers, then the
+/// status, X-Cache verdict and the origin's count of requests for the path expected after it.
+type Visit<'a> = (
+    &'a str,
+    &'a EchoOrigin,
+    &'a str,
+    Vec<(&'a str, String)>,
+    u16,
+    &'a str,
+    u64,
+);
+
+/// RFC 9111 §4.4 end to end: a non-error response to an unsafe method invalidates the URLs in
+/// its `Location` and `Content-Location` (absolute, or relative to the request's URL) when they
+/// are on the request's origin, and only then: the same paths on another host, or on the same
+/// host at another port, stay cached; an error response invalidates nothing, not even the URL
+/// it answered.
+#[tokio::test]
+async fn unsafe_methods_invalidate_location_and_content_location_on_the_same_origin() {
+    // A: the origin written to; B: another host at the same port; C: the same host at another
+    // port. (A port free on both addresses is found in a few tries.)
+    let mut pair = None;
+    for _ in 0..20 {
+        let first = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = first.local_addr().expect("addr").port();
+        if let Ok(second) = tokio::net::TcpListener::bind(("127.0.0.2", port)).await {
+            pair = Some((first, second));
+            break;
+        }
+    }
+    let (first, second) = pair.expect("a port free on 127.0.0.1 and 127.0.0.2");
+    let (a, b) = (EchoOrigin::serve(first), EchoOrigin::serve(second));
+    let c = EchoOrigin::start("127.0.0.1").await;
+    let proxy = node(|_| {}).await;
+    let (aa, ba, ca) = (a.addr, b.addr, c.addr);
+    let none = Vec::new;
+    #[rustfmt::skip]
+    let steps: Vec<Visit> = vec![
+        ("GET", &a, "/a", none(), 200, "MISS", 1),
+        ("GET", &a, "/b", none(), 200, "MISS", 1),
+        ("GET", &a, "/d/e", none(), 200, "MISS", 1),
+        ("GET", &b, "/a", none(), 200, "MISS", 1),
+        ("GET", &c, "/a", none(), 200, "MISS", 1),
+        ("GET", &a, "/a", none(), 200, "HIT", 1),
+        ("GET", &a, "/b", none(), 200, "HIT", 1),
+        ("GET", &a, "/d/e", none(), 200, "HIT", 1),
+        ("GET", &b, "/a", none(), 200, "HIT", 1),
+        ("GET", &c, "/a", none(), 200, "HIT", 1),
+        // Same origin: both named URLs go, nothing else.
+        ("POST", &a, "/x", vec![("x-location", "/a".into()), ("x-content-location", format!("http://{aa}/b"))], 201, "MISS", 1),
+        ("GET", &a, "/a", none(), 200, "MISS", 2),
+        ("GET", &a, "/b", none(), 200, "MISS", 2),
+        ("GET", &a, "/d/e", none(), 200, "HIT", 1),
+        ("GET", &b, "/a", none(), 200, "HIT", 1),
+        ("GET", &c, "/a", none(), 200, "HIT", 1),
+        ("GET", &a, "/a", none(), 200, "HIT", 2),
+        ("GET", &a, "/b", none(), 200, "HIT", 2),
+        // A relative-path reference resolves against the request's URL; a 3xx is no error.
+        ("POST", &a, "/d/x", vec![("x-status", "303".into()), ("x-location", "e".into())], 303, "MISS", 1),
+        ("GET", &a, "/d/e", none(), 200, "MISS", 2),
+        ("GET", &a, "/d/e", none(), 200, "HIT", 2),
+        // Other origins: another host, the same host at another port. Nothing goes.
+        ("POST", &a, "/y", vec![("x-location", format!("http://{ba}/a")), ("x-content-location", format!("http://{ca}/a"))], 201, "MISS", 1),
+        ("GET", &b, "/a", none(), 200, "HIT", 1),
+        ("GET", &c, "/a", none(), 200, "HIT", 1),
+        ("GET", &a, "/a", none(), 200, "HIT", 2),
+        // An error response: neither its URL nor the one it names goes.
+        ("POST", &a, "/a", vec![("x-status", "500".into()), ("x-location", "/b".into())], 500, "MISS", 3),
+        ("GET", &a, "/a", none(), 200, "HIT", 3),
+        ("GET", &a, "/b", none(), 200, "HIT", 2),
+        // The same request answered 2xx: its URL goes.
+        ("POST", &a, "/a", vec![("x-location", "/b".into())], 201, "MISS", 4),
+        ("GET", &a, "/a", none(), 200, "MISS", 5),
+        ("GET", &a, "/b", none(), 200, "MISS", 3),
+    ];
+    for (i, (method, origin, path, headers, status, x_cache, hits)) in steps.iter().enumerate() {
+        let url = format!("http://{}{path}", origin.addr);
+        let at = format!("step {} ({method} {url} {headers:?})", i + 1);
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let reply = request(proxy.addr, method, &url, &headers).await;
+        assert_eq!(reply.status, *status, "{at}");
+        assert_eq!(reply.x_cache(), *x_cache, "{at}: {:?}", reply.headers);
+        let cache_status = reply.header("cache-status");
+        let want = if *x_cache == "HIT" {
+            "testcache; hit"
+        } else {
+            "testcache; fwd="
+        };
+        assert!(
+            cache_status.starts_with(want),
+            "{at}: Cache-Status {cache_status:?}"
+        );
+        assert_eq!(origin.hits(path), *hits, "{at}: origin requests for {path}");
+    }
+    proxy.stop().await;
+}
