@@ -12,6 +12,9 @@ mod digest;
 mod lab_link;
 mod lab_load;
 mod lab_run;
+mod sim;
+mod sim_model;
+mod sim_sweep;
 mod workload;
 
 /// meshcache: a cooperative web proxy cache.
@@ -59,6 +62,11 @@ enum Command {
     Workload {
         #[command(subcommand)]
         command: workload::WorkloadCommand,
+    },
+    /// The simulator (meshes far larger than one machine) and the analytical model.
+    Sim {
+        #[command(subcommand)]
+        command: sim::SimCommand,
     },
 }
 
@@ -172,6 +180,7 @@ fn main() -> ExitCode {
             command: LabCommand::Run(args),
         } => lab_run::run(args),
         Command::Workload { command } => workload::run(command),
+        Command::Sim { command } => sim::run(command),
         Command::Digest { command } => digest::run(command),
         Command::Applet { command } => applet::run(command),
     };
