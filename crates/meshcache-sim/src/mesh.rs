@@ -2,7 +2,7 @@
 //! that topology would be configured with, its store and its protocol state.
 //!
 //! Nodes are numbered: the leaf caches (the ones clients use) first, `0..caches`, then the
-//! parents. Each has a virtual address on 127.0.0.0/8 (never bound: only the protocol code's
+//! parents; they are named `n0`… and `p0`… ([`name`]). Each has a virtual address on 127.0.0.0/8 (never bound: only the protocol code's
 //! peer tables see it) — ICP on port 3130, HTTP on 3128 — so the `meshcache-dcm` machines run
 //! unchanged, keyed by socket address as in the proxy.
 
@@ -56,10 +56,12 @@ pub fn node_at(addr: SocketAddr) -> Option<NodeIx> {
     }
 }
 
-/// A node's name, as peers list it: `c0`, `c1`… for leaves, `p0`… for parents.
+/// A node's name, as peers list it: `n0`, `n1`… for leaves, `p0`… for parents — as the
+/// lab names the nodes of its `N.0` topologies, so that CARP among equals (which hashes the
+/// members' names) splits URLs exactly as a lab run does.
 pub fn name(node: NodeIx, caches: u32) -> String {
     if node < caches {
-        format!("c{node}")
+        format!("n{node}")
     } else {
         format!("p{}", node - caches)
     }
@@ -84,6 +86,25 @@ pub struct NodeStats {
     pub cpu_ns: u64,
     /// Store evictions.
     pub evictions: u64,
+    /// Its clients' requests answered from its own store.
+    pub local_hits: u64,
+    /// Its clients' requests answered from a sibling's store.
+    pub sibling_hits: u64,
+    /// Its clients' requests answered from a parent's store.
+    pub parent_hits: u64,
+}
+
+impl NodeStats {
+    /// One of its clients' requests was answered so.
+    pub fn count(&mut self, outcome: crate::results::Outcome) {
+        use crate::results::Outcome;
+        match outcome {
+            Outcome::Local => self.local_hits += 1,
+            Outcome::Sibling => self.sibling_hits += 1,
+            Outcome::Parent => self.parent_hits += 1,
+            Outcome::Miss => {}
+        }
+    }
 }
 
 /// One cache.

@@ -190,10 +190,16 @@ pub struct LatencyMs {
 /// One node's load.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct NodeLoad {
-    /// Its name (`c0`…, `p0`…).
+    /// Its name (`n0`…, `p0`…).
     pub name: String,
     /// Client requests it received.
     pub client_requests: u64,
+    /// Its clients' requests answered from its store.
+    pub local_hits: u64,
+    /// Its clients' requests answered from a sibling's store.
+    pub sibling_hits: u64,
+    /// Its clients' requests answered from a parent's store.
+    pub parent_hits: u64,
     /// Peer requests it served.
     pub peer_requests: u64,
     /// Answers from its store.
@@ -257,6 +263,59 @@ pub struct Results {
     pub wall_seconds: f64,
     /// Requests simulated per wall-clock second.
     pub requests_per_second: f64,
+    /// Summary Cache and Cache Digests: what the summaries did (other protocols: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<SummaryReport>,
+}
+
+/// Summary Cache and Cache Digests: every node's summary counters, summed over nodes and
+/// peers (per peer, they are the proxy's `/stats`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SummaryReport {
+    /// Update datagrams sent (one per peer and message).
+    pub updates_sent: u64,
+    /// Their bytes.
+    pub update_bytes_sent: u64,
+    /// Update messages built (each sent to every peer; at most 360 bit changes each).
+    pub update_messages: u64,
+    /// Updates published: the times a node's share of new documents reached the threshold
+    /// (each sent as one or more messages to every peer).
+    pub update_rounds: u64,
+    /// Bit changes they carried.
+    pub bit_changes: u64,
+    /// Own filters rebuilt from the store (resized to the store).
+    pub rebuilds: u64,
+    /// Update datagrams dropped by their receiver: from a node it does not exchange summaries
+    /// with (a parent, which lists no children), or undecodable.
+    pub bad_updates: u64,
+    /// Whole summaries (or digests) served to peers.
+    pub served: u64,
+    /// Their bytes.
+    pub served_bytes: u64,
+    /// Misses looked up in a peer's summary (one per peer with a summary and miss).
+    pub lookups: u64,
+    /// Lookups a summary answered "maybe".
+    pub summary_hits: u64,
+    /// Summary hits the peer did not have (an ICP MISS, or a 504 to a digest hit).
+    pub false_hits: u64,
+    /// The false hits the Bloom formula expects for the lookups made.
+    pub expected_false_hits: f64,
+    /// Whole summaries or digests installed.
+    pub full_fetches: u64,
+    /// Their bytes.
+    pub full_bytes: u64,
+    /// Update datagrams received from peers.
+    pub updates_received: u64,
+    /// Updates that showed a gap or a restart (a whole summary was fetched).
+    pub gaps: u64,
+    /// Summaries refused (malformed, or more than 65 % full).
+    pub rejected: u64,
+    /// Fetches that failed.
+    pub fetch_failures: u64,
+    /// False hits over lookups of objects the peer did not hold.
+    pub observed_fp_rate: Option<f64>,
+    /// The Bloom formula's false-positive rate, averaged over the lookups.
+    pub formula_fp_rate: Option<f64>,
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -300,6 +359,9 @@ pub fn build(
         .map(|(i, node)| NodeLoad {
             name: mesh::name(i as u32, spec.mesh.caches),
             client_requests: node.stats.client_requests,
+            local_hits: node.stats.local_hits,
+            sibling_hits: node.stats.sibling_hits,
+            parent_hits: node.stats.parent_hits,
             peer_requests: node.stats.peer_requests,
             store_hits: node.stats.store_hits,
             origin_fetches: node.stats.origin_fetches,
@@ -343,5 +405,6 @@ pub fn build(
         } else {
             0.0
         },
+        summary: None,
     }
 }

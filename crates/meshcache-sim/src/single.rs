@@ -20,7 +20,10 @@ use crate::trace::Trace;
 
 /// Whether `spec` is a single cache replayed serially.
 pub fn applies(spec: &SimSpec) -> bool {
-    spec.mesh.caches == 1 && spec.mesh.parents == 0 && spec.replay.mode == Replay::Serial
+    spec.mesh.caches == 1
+        && spec.mesh.parents == 0
+        && spec.replay.mode == Replay::Serial
+        && spec.replay.warmup == 0
 }
 
 /// Replays `trace` through the one cache of `spec` (see [`applies`]).
@@ -73,6 +76,7 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
         let _ = latency.record((elapsed / 1_000).max(1));
         now += elapsed;
         classified.add(outcome, r.size);
+        node.stats.count(outcome);
     }
     (control.progress)(classified.requests);
     results::build(

@@ -8,6 +8,17 @@ use bytesize::ByteSize;
 use meshcache_store::Replacement;
 use serde::{Deserialize, Serialize};
 
+/// How α directory holders are picked (`meshcache_dcm::directory::Choice`).
+pub use meshcache_dcm::directory::Choice as DirChoice;
+/// Which directory entries make room (`meshcache_dcm::directory::Flush`).
+pub use meshcache_dcm::directory::Flush as DirFlush;
+/// When directory holders are entered (`meshcache_dcm::directory::UpdateMode`).
+pub use meshcache_dcm::directory::UpdateMode as DirUpdateMode;
+/// Directory search variant (`meshcache_dcm::directory::Variant`).
+pub use meshcache_dcm::directory::Variant as DirVariant;
+/// How multicast queries reach the members (`meshcache_dcm::multicast::Mode`).
+pub use meshcache_dcm::multicast::Mode as MulticastMode;
+
 /// A bad simulation parameter, named.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error("{key}: {reason}")]
@@ -159,13 +170,49 @@ pub struct ProtocolSpec {
     /// Summary Cache: share of new documents that triggers a delta update (the paper's
     /// threshold; 1 % by default).
     pub summary_threshold: f64,
-    /// Summary Cache and digests: filter bits per cached document.
+    /// Summary Cache and digests: filter bits per cached document (the proxy's
+    /// `summary_bits_per_entry`; 1 to 32).
     pub bits_per_entry: u32,
-    /// Digests: how often a node rebuilds its digest and fetches its peers'.
+    /// Summary Cache and digests: hash functions, each 32 bits of the MD5 store key (the
+    /// proxy's `summary_hash_functions`; digests need 4, as Squid's).
+    pub summary_hash_functions: u16,
+    /// Summary Cache and digests: documents the filter is first sized for; 0 sizes it from the
+    /// store (`mesh.cache_size`, or `parent_size`) at 13 KiB an object, at least 100 (the
+    /// proxy's `summary_capacity`). It is resized as the store grows, as in the proxy.
+    pub summary_capacity: u32,
+    /// Digests: how often a node rebuilds its digest (served with this as its lifetime) and the
+    /// longest it keeps a peer's before fetching it again (the proxy's
+    /// `digest_rebuild_period`; at least 1 s).
     #[serde(with = "humantime_serde")]
     pub digest_interval: Duration,
-    /// Directory: how many holders a search asks (α).
+    /// Directory: how many holders a search asks at most (α); 0: every holder the entry
+    /// lists (the proxy's `directory_alpha`).
     pub directory_alpha: u32,
+    /// Directory: `requester` (search variant 1: the owner returns the holders and the
+    /// requester queries them) or `owner` (variant 2: the owner queries them on the
+    /// requester's behalf).
+    pub directory_variant: DirVariant,
+    /// Directory: `pessimistic` (a holder is entered once it stored the object) or
+    /// `optimistic` (at lookup time, taken back if nothing was stored).
+    pub directory_updates: DirUpdateMode,
+    /// Directory: how α holders are picked among more: `round_robin` or `random`.
+    pub directory_choice: DirChoice,
+    /// Directory: a holder record not renewed for this long is dropped (every node announces
+    /// its whole store again every half of it).
+    #[serde(with = "humantime_serde")]
+    pub directory_ttl: Duration,
+    /// Directory: memory for each node's share of the directory (128 bytes an entry).
+    pub directory_memory: ByteSize,
+    /// Directory: which entries make room when a share is full: `lru` or `lfu`.
+    pub directory_flush: DirFlush,
+    /// Multicast: `ip` (one datagram to the group per search, which every node receives: what
+    /// the proxy's `auto` settles on where the network carries the group) or `logical` (the
+    /// query unicast to each member).
+    pub multicast_mode: MulticastMode,
+    /// Multicast: shortest wait for a HIT (the wait adapts to the members' HIT round trips, up
+    /// to `icp_timeout_ceiling`; every miss waits it out).
+    #[serde(with = "humantime_serde")]
+    pub multicast_timeout_floor: Duration,
 }
 
 impl Default for ProtocolSpec {
@@ -177,8 +224,18 @@ impl Default for ProtocolSpec {
             dead_peer_timeout: Duration::from_secs(10),
             summary_threshold: 0.01,
             bits_per_entry: 8,
-            digest_interval: Duration::from_secs(3600),
+            summary_hash_functions: 4,
+            summary_capacity: 0,
+            digest_interval: Duration::from_secs(300),
             directory_alpha: 1,
+            directory_variant: DirVariant::Requester,
+            directory_updates: DirUpdateMode::Pessimistic,
+            directory_choice: DirChoice::RoundRobin,
+            directory_ttl: Duration::from_secs(3600),
+            directory_memory: ByteSize::mib(16),
+            directory_flush: DirFlush::Lru,
+            multicast_mode: MulticastMode::Ip,
+            multicast_timeout_floor: Duration::from_millis(20),
         }
     }
 }
@@ -288,6 +345,9 @@ pub struct ReplaySpec {
     pub limit: u64,
     /// Closed loop: requests each client keeps outstanding.
     pub outstanding: u32,
+    /// The first `warmup` requests of the trace are replayed one at a time and not measured
+    /// (every counter starts after them), as a lab run's pre-warm round is.
+    pub warmup: u64,
 }
 
 impl Default for ReplaySpec {
@@ -296,6 +356,7 @@ impl Default for ReplaySpec {
             mode: Replay::Closed,
             limit: 0,
             outstanding: 1,
+            warmup: 0,
         }
     }
 }
@@ -349,14 +410,41 @@ impl SimSpec {
         if !(p.summary_threshold > 0.0 && p.summary_threshold <= 1.0) {
             return Err(bad("protocol.summary_threshold", "must be in (0, 1]"));
         }
-        if !(1..=64).contains(&p.bits_per_entry) {
-            return Err(bad("protocol.bits_per_entry", "must be 1 to 64"));
+        if !(1..=32).contains(&p.bits_per_entry) {
+            return Err(bad("protocol.bits_per_entry", "must be 1 to 32"));
         }
-        if p.digest_interval.is_zero() {
-            return Err(bad("protocol.digest_interval", "must be above 0"));
+        if !(1..=32).contains(&p.summary_hash_functions) {
+            return Err(bad("protocol.summary_hash_functions", "must be 1 to 32"));
         }
-        if p.directory_alpha == 0 {
-            return Err(bad("protocol.directory_alpha", "at least 1"));
+        if p.name == Protocol::Digest && p.summary_hash_functions != 4 {
+            return Err(bad(
+                "protocol.summary_hash_functions",
+                "must be 4 with the digest protocol (Squid's Cache Digests use 4)",
+            ));
+        }
+        if p.digest_interval < Duration::from_secs(1) {
+            return Err(bad("protocol.digest_interval", "must be at least 1s"));
+        }
+        if p.directory_ttl < Duration::from_secs(1) {
+            return Err(bad("protocol.directory_ttl", "must be at least 1s"));
+        }
+        if p.directory_memory.as_u64() < meshcache_dcm::directory::ENTRY_BYTES as u64 {
+            return Err(bad(
+                "protocol.directory_memory",
+                "must hold at least one entry (128 B)",
+            ));
+        }
+        if p.multicast_timeout_floor < Duration::from_millis(1) {
+            return Err(bad(
+                "protocol.multicast_timeout_floor",
+                "must be at least 1ms",
+            ));
+        }
+        if p.multicast_timeout_floor > p.icp_timeout_ceiling {
+            return Err(bad(
+                "protocol.multicast_timeout_floor",
+                "above protocol.icp_timeout_ceiling",
+            ));
         }
         if p.name == Protocol::Carp && m.parents == 0 && !m.siblings {
             return Err(bad(
@@ -401,5 +489,50 @@ mod tests {
         assert_eq!(s.mesh.cache_size, ByteSize::mib(64));
         assert_eq!(s.net.latency, Duration::from_millis(2));
         assert_eq!(s.protocol.name, Protocol::Summary);
+    }
+
+    #[test]
+    fn directory_and_multicast_settings() {
+        let s = SimSpec::from_toml(
+            "[protocol]\nname = \"directory\"\ndirectory_alpha = 0\n\
+             directory_variant = \"owner\"\ndirectory_updates = \"optimistic\"\n\
+             directory_choice = \"random\"\ndirectory_ttl = \"10m\"\n\
+             directory_memory = \"1 MiB\"\ndirectory_flush = \"lfu\"\n\
+             multicast_mode = \"logical\"\nmulticast_timeout_floor = \"5ms\"\n",
+        )
+        .unwrap();
+        let p = &s.protocol;
+        assert_eq!(p.directory_alpha, 0, "0: every holder, as in the proxy");
+        assert_eq!(p.directory_variant, DirVariant::Owner);
+        assert_eq!(p.directory_updates, DirUpdateMode::Optimistic);
+        assert_eq!(p.directory_choice, DirChoice::Random);
+        assert_eq!(p.directory_ttl, Duration::from_secs(600));
+        assert_eq!(p.directory_memory, ByteSize::mib(1));
+        assert_eq!(p.directory_flush, DirFlush::Lfu);
+        assert_eq!(p.multicast_mode, MulticastMode::Logical);
+        assert_eq!(p.multicast_timeout_floor, Duration::from_millis(5));
+        for (toml, error) in [
+            (
+                "directory_ttl = \"0s\"",
+                "protocol.directory_ttl: must be at least 1s",
+            ),
+            (
+                "directory_memory = \"100 B\"",
+                "protocol.directory_memory: must hold at least one entry (128 B)",
+            ),
+            (
+                "multicast_timeout_floor = \"0s\"",
+                "protocol.multicast_timeout_floor: must be at least 1ms",
+            ),
+            (
+                "multicast_timeout_floor = \"3s\"",
+                "protocol.multicast_timeout_floor: above protocol.icp_timeout_ceiling",
+            ),
+        ] {
+            let e = SimSpec::from_toml(&format!("[protocol]\n{toml}\n")).unwrap_err();
+            assert_eq!(e, error);
+        }
+        let e = SimSpec::from_toml("[protocol]\nmulticast_mode = \"auto\"\n").unwrap_err();
+        assert!(e.contains("unknown variant `auto`"), "{e}");
     }
 }

@@ -12,75 +12,153 @@ use crate::engine::Sim;
 use crate::mesh::{Node, NodeIx};
 use crate::spec::{Protocol, SimSpec};
 
+mod directory;
+mod multicast;
+pub(crate) mod summary;
+
 /// A protocol message between nodes.
 #[derive(Debug)]
-pub(crate) enum Msg {}
+pub(crate) enum Msg {
+    /// Directory datagrams (and the queries an owner forwards).
+    Directory(directory::DirMsg),
+    /// Multicast queries.
+    Multicast(multicast::McMsg),
+    /// Summary Cache updates, and whole summaries or digests fetched.
+    Summary(summary::Msg),
+}
 
 /// The protocols' per-node state.
-pub(crate) struct State {}
+pub(crate) struct State {
+    /// Directory: each leaf's share of the directory (empty for other protocols).
+    pub(crate) directory: Vec<directory::DirNode>,
+    /// Multicast: each node's search (empty for other protocols).
+    pub(crate) multicast: Vec<meshcache_dcm::multicast::Multicast>,
+    /// Summary Cache and Cache Digests: each node's summaries (empty for other protocols).
+    pub(crate) summary: Vec<summary::NodeState>,
+}
 
 impl State {
     /// The state `spec`'s protocol needs for `nodes`.
-    pub(crate) fn new(_spec: &SimSpec, _nodes: &[Node]) -> State {
-        State {}
+    pub(crate) fn new(spec: &SimSpec, nodes: &[Node]) -> State {
+        State {
+            directory: directory::new_state(spec, nodes),
+            multicast: multicast::new_state(spec, nodes),
+            summary: match spec.protocol.name {
+                Protocol::Summary | Protocol::Digest => (0..)
+                    .zip(nodes)
+                    .map(|(i, n)| summary::NodeState::new(spec, i, n))
+                    .collect(),
+                _ => Vec::new(),
+            },
+        }
     }
 }
 
 /// Whether the engine can run `spec`'s protocol.
 pub(crate) fn check(spec: &SimSpec) -> Result<(), String> {
     match spec.protocol.name {
-        Protocol::None | Protocol::Icp | Protocol::Carp => Ok(()),
-        other => Err(format!(
-            "protocol {}: not simulated yet (none, icp and carp are)",
-            other.as_str()
-        )),
+        Protocol::None
+        | Protocol::Icp
+        | Protocol::Carp
+        | Protocol::Directory
+        | Protocol::Multicast
+        | Protocol::Summary
+        | Protocol::Digest => Ok(()),
     }
 }
 
 /// Before the first request: initial exchanges and timers.
-pub(crate) fn start(_sim: &mut Sim<'_>) {}
+pub(crate) fn start(sim: &mut Sim<'_>) {
+    match sim.spec.protocol.name {
+        Protocol::Directory => directory::start(sim),
+        Protocol::Summary | Protocol::Digest => summary::start(sim),
+        _ => {}
+    }
+}
 
 /// The search of a miss of `obj` by `job` at `node`, for the protocols ICP's own search does
 /// not cover. Ends with [`Sim::start_search`] (or [`Sim::follow`]-equivalent decisions).
-pub(crate) fn search(_sim: &mut Sim<'_>, _job: u32, _node: NodeIx, _obj: u32, _t: u64) {
-    unreachable!("refused by check")
+pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
+    match sim.spec.protocol.name {
+        Protocol::Directory => directory::search(sim, job, node, obj, t),
+        Protocol::Multicast => multicast::search(sim, job, node, obj, t),
+        Protocol::Summary | Protocol::Digest => summary::search(sim, job, node, obj, t),
+        _ => unreachable!("refused by check"),
+    }
 }
 
 /// An ICP reply for a protocol that routes them itself (directory, multicast).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn on_icp_reply(
-    _sim: &mut Sim<'_>,
-    _to: NodeIx,
-    _from: NodeIx,
-    _obj: u32,
-    _reqnum: u32,
-    _kind: ReplyKind,
-    _t: u64,
+    sim: &mut Sim<'_>,
+    to: NodeIx,
+    from: NodeIx,
+    obj: u32,
+    reqnum: u32,
+    kind: ReplyKind,
+    t: u64,
 ) {
+    match sim.spec.protocol.name {
+        Protocol::Directory => directory::on_icp_reply(sim, to, from, obj, reqnum, kind, t),
+        Protocol::Multicast => multicast::on_icp_reply(sim, to, from, obj, reqnum, kind, t),
+        Protocol::Summary => summary::on_icp_reply(sim, to, from, obj, reqnum, kind, t),
+        _ => {}
+    }
 }
 
 /// A protocol message arrived.
-pub(crate) fn on_message(_sim: &mut Sim<'_>, _to: NodeIx, _from: NodeIx, msg: Msg, _t: u64) {
-    match msg {}
+pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
+    match msg {
+        Msg::Directory(m) => directory::on_message(sim, to, from, m, t),
+        Msg::Multicast(m) => multicast::on_message(sim, to, from, m, t),
+        Msg::Summary(m) => summary::on_message(sim, to, from, m, t),
+    }
 }
 
 /// The deadline of search `reqnum` at `node` passed: its route, if still undecided.
-pub(crate) fn on_deadline(_sim: &mut Sim<'_>, _node: NodeIx, _reqnum: u32) -> Option<Route> {
-    None
+pub(crate) fn on_deadline(sim: &mut Sim<'_>, node: NodeIx, reqnum: u32) -> Option<Route> {
+    match sim.spec.protocol.name {
+        Protocol::Directory => directory::on_deadline(sim, node, reqnum),
+        Protocol::Multicast => multicast::on_deadline(sim, node, reqnum),
+        _ => None,
+    }
 }
 
-/// `peer` answered 504 to an `only-if-cached` request for `obj` (a false hit).
-pub(crate) fn on_refused(_sim: &mut Sim<'_>, _node: NodeIx, _peer: PeerId, _obj: u32) {}
+/// `peer` answered 504 to an `only-if-cached` request for `obj` (a false hit). A false
+/// directory entry changes nothing here, as in the proxy: the holder's `DIR_DEL` corrects it.
+pub(crate) fn on_refused(sim: &mut Sim<'_>, node: NodeIx, peer: PeerId, _obj: u32) {
+    if matches!(sim.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
+        summary::on_refused(sim, node, peer);
+    }
+}
 
 /// `node` fetched `obj` and its store did `events` with it.
 pub(crate) fn on_store_events(
-    _sim: &mut Sim<'_>,
-    _node: NodeIx,
-    _obj: u32,
-    _events: &[StoreEvent],
-    _t: u64,
+    sim: &mut Sim<'_>,
+    node: NodeIx,
+    obj: u32,
+    events: &[StoreEvent],
+    t: u64,
 ) {
+    match sim.spec.protocol.name {
+        Protocol::Directory => directory::on_store_events(sim, node, obj, events),
+        Protocol::Summary | Protocol::Digest => summary::on_store_events(sim, node, events, t),
+        _ => {}
+    }
 }
 
 /// A timer set by the protocol fired at `node`.
-pub(crate) fn on_tick(_sim: &mut Sim<'_>, _node: NodeIx) {}
+pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
+    match sim.spec.protocol.name {
+        Protocol::Directory => directory::on_tick(sim, node),
+        Protocol::Summary | Protocol::Digest => summary::on_tick(sim, node),
+        _ => {}
+    }
+}
+
+/// The protocols' own counters, added to the results of a run.
+pub(crate) fn report(sim: &Sim<'_>, results: &mut crate::results::Results) {
+    if matches!(sim.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
+        results.summary = Some(summary::report(&sim.proto.summary));
+    }
+}

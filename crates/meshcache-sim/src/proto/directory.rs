@@ -1,0 +1,612 @@
+//! The directory protocol (dbDCM) in the simulator: every leaf runs `meshcache-dcm`'s
+//! [`Directory`] against its own peer table, called at the points `meshcache-proxy` calls it.
+//!
+//! | proxy (`meshcache-proxy`) | here |
+//! |---|---|
+//! | `DirectoryState::new`: the members are the siblings with an IPv4 ICP address; the entry budget is `directory_memory / ENTRY_BYTES`; the seed comes from the ICP address | [`new_state`] |
+//! | `Coop::route` → `Directory::begin`, then `directory::send_from` | [`search`] |
+//! | `directory::on_datagram`: `DIR_GET` → `on_get`; `DIR_DATA` → `on_data`, then `Coop::decided`; `DIR_ADD` / `DIR_DEL` → `on_update`, then `heard_from_addr` | [`on_message`] |
+//! | `directory::encode`: candidate queries (a forwarded one names its requester), a forwarded query to ourselves answered from the store straight to the requester, updates cut into `encode_batches`' datagrams | `send` |
+//! | `coop::respond`: a forwarded query is answered at `forwarded_reply_to`; a reply goes to `Directory::on_reply`, else to ICP's `on_reply` | [`on_message`], [`on_icp_reply`] |
+//! | `Coop::decision` at the deadline → `Directory::on_deadline` | [`on_deadline`] |
+//! | `service::relay_response` → `Directory::fetch_done` (stored or not) | [`on_store_events`] |
+//! | `directory::run_updates`: the store's events drained every 10 ms (`on_admitted` / `on_removed`, `take_updates`), and the whole store announced again every `ttl / 2` | [`on_store_events`], [`on_tick`] |
+//!
+//! A 504 from a holder (a false entry) changes nothing in the directory, in the proxy as here:
+//! the entry is corrected by the holder's own `DIR_DEL`, or expires.
+//!
+//! Sizes are the proxy's datagrams' (`meshcache_wire::directory` and `icp`). `DIR_*` count as
+//! directory messages; candidate queries and their replies count as ICP's, as the proxy's
+//! counters count them.
+
+use std::net::{SocketAddr, SocketAddrV4};
+
+use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing, ENTRY_BYTES};
+use meshcache_dcm::icp::{answer, Holding};
+use meshcache_dcm::{PeerId, Reply, ReplyKind, Role, Route};
+use meshcache_store::StoreEvent;
+use meshcache_wire::directory::{DEFAULT_BATCH_LEN, KEY_LEN, NODE_ADDR_LEN};
+use meshcache_wire::icp::HEADER_LEN;
+
+use super::Msg;
+use crate::engine::{ns, Ev, Sim};
+use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
+use crate::results::Kind;
+use crate::spec::{Protocol, SimSpec};
+
+/// How often store events become directory updates: the proxy's `DRAIN_INTERVAL` (10 ms), in
+/// ns.
+pub(crate) const DRAIN_INTERVAL_NS: u64 = 10_000_000;
+
+/// Keys in one `DIR_ADD` / `DIR_DEL` datagram, as `encode_batches` packs them into
+/// [`DEFAULT_BATCH_LEN`] bytes.
+const KEYS_PER_DATAGRAM: usize = (DEFAULT_BATCH_LEN - HEADER_LEN - NODE_ADDR_LEN) / KEY_LEN;
+
+/// A directory datagram between members.
+#[derive(Debug)]
+pub(crate) enum DirMsg {
+    /// `DIR_GET`: who holds `obj`? For the sender's search `reqnum`.
+    Get {
+        obj: u32,
+        reqnum: u32,
+        optimistic: bool,
+        forward: bool,
+        alpha: u32,
+    },
+    /// `DIR_DATA`: the holders of `obj` (or, `forwarded`, the ones the owner asked).
+    Data {
+        obj: u32,
+        reqnum: u32,
+        forwarded: bool,
+        holders: Vec<SocketAddrV4>,
+    },
+    /// One `DIR_ADD` (`add`) or `DIR_DEL` datagram: `holder` holds these keys now (or no
+    /// longer).
+    Update {
+        add: bool,
+        holder: SocketAddrV4,
+        keys: Vec<[u8; KEY_LEN]>,
+    },
+    /// Search variant 2: an ICP query for `obj` the owner sends on `requester`'s behalf (flag
+    /// `FORWARDED_QUERY`), to be answered to the requester.
+    ForwardedQuery {
+        obj: u32,
+        reqnum: u32,
+        requester: SocketAddrV4,
+    },
+}
+
+/// A leaf's share of the directory and its upkeep.
+pub(crate) struct DirNode {
+    dir: Directory,
+    /// Store events not drained yet: key, and admitted (true) or removed.
+    events: Vec<([u8; KEY_LEN], bool)>,
+    /// When the drain that takes `events` is due.
+    drain_at: Option<u64>,
+    /// When the whole store is next announced again.
+    renew_at: u64,
+}
+
+/// `DIR_GET` bytes for `url`.
+pub(crate) fn get_len(url: &str) -> u64 {
+    (HEADER_LEN + NODE_ADDR_LEN + url.len() + 1) as u64
+}
+
+/// `DIR_DATA` bytes listing `holders` for `url`.
+pub(crate) fn data_len(holders: usize, url: &str) -> u64 {
+    (HEADER_LEN + 2 + NODE_ADDR_LEN * holders + url.len() + 1) as u64
+}
+
+/// `DIR_ADD` / `DIR_DEL` bytes for `keys` keys.
+pub(crate) fn update_len(keys: usize) -> u64 {
+    (HEADER_LEN + NODE_ADDR_LEN + KEY_LEN * keys) as u64
+}
+
+/// ICP query bytes for `url` (header, requester field, URL, NUL), forwarded or not.
+pub(crate) fn icp_query_len(url: &str) -> u64 {
+    (HEADER_LEN + 4 + url.len() + 1) as u64
+}
+
+/// Node `node`'s ICP address, as directory messages name it.
+fn icp_v4(node: NodeIx) -> SocketAddrV4 {
+    SocketAddrV4::new(mesh::ip(node), 3130)
+}
+
+/// The node at a member's address.
+fn node_of(addr: SocketAddrV4) -> NodeIx {
+    node_at(SocketAddr::V4(addr)).expect("members have virtual addresses")
+}
+
+/// The proxy's `DirectoryConfig` from `spec`.
+pub(crate) fn config(spec: &SimSpec) -> DirectoryConfig {
+    let p = &spec.protocol;
+    DirectoryConfig {
+        alpha: p.directory_alpha,
+        choice: p.directory_choice,
+        variant: p.directory_variant,
+        mode: p.directory_updates,
+        ttl: p.directory_ttl,
+        max_entries: usize::try_from(p.directory_memory.as_u64()).unwrap_or(usize::MAX)
+            / ENTRY_BYTES,
+        flush: p.directory_flush,
+    }
+}
+
+/// Every leaf's directory state (none for parents, which never search), or nothing when the
+/// protocol is another.
+pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node]) -> Vec<DirNode> {
+    if spec.protocol.name != Protocol::Directory {
+        return Vec::new();
+    }
+    let dconfig = config(spec);
+    let half_ttl = ns(spec.protocol.directory_ttl) / 2;
+    nodes
+        .iter()
+        .enumerate()
+        .take_while(|(_, n)| !n.is_parent)
+        .map(|(i, n)| {
+            let node = i as NodeIx;
+            let me = icp_v4(node);
+            let members = n
+                .mesh
+                .peers()
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.spec.role == Role::Sibling)
+                .filter_map(|(i, p)| match p.spec.icp {
+                    Some(SocketAddr::V4(icp)) => Some(Member {
+                        name: p.spec.name.clone(),
+                        icp,
+                        peer: PeerId(i),
+                    }),
+                    _ => None,
+                })
+                .collect();
+            let seed = (u64::from(u32::from(*me.ip())) << 16) | u64::from(me.port());
+            let name = mesh::name(node, spec.mesh.caches);
+            DirNode {
+                dir: Directory::new(&name, me, members, dconfig.clone(), seed),
+                events: Vec::new(),
+                drain_at: None,
+                renew_at: half_ttl,
+            }
+        })
+        .collect()
+}
+
+/// Before the first request: each leaf's renewal timer (the proxy's first is at `ttl / 2`).
+pub(crate) fn start(sim: &mut Sim<'_>) {
+    for node in 0..sim.proto.directory.len() {
+        let at = sim.proto.directory[node].renew_at;
+        sim.schedule_timer(at, node as NodeIx);
+    }
+}
+
+/// The search of a miss of `obj` by `job` at `node` (`Coop::route`'s directory branch).
+pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
+    let trace = sim.trace;
+    let o = &trace.objects[obj as usize];
+    let at = sim.at(t);
+    let d = &mut sim.proto.directory[node as usize];
+    let s = d.dir.begin(
+        at,
+        &mut sim.nodes[node as usize].mesh,
+        &o.url,
+        &o.key.0,
+        &o.host,
+        true,
+    );
+    send(sim, node, Some(obj), s.sends, t);
+    sim.start_search(job, node, s.reqnum, s.outcome, t);
+}
+
+/// Sends what the directory of `node` asked for, from `t` on its CPU (`directory::encode`).
+/// `obj` is the object of the search messages among them (updates name keys).
+fn send(sim: &mut Sim<'_>, node: NodeIx, obj: Option<u32>, sends: Vec<Outgoing>, t: u64) {
+    let me = icp_v4(node);
+    for s in sends {
+        match s {
+            Outgoing::Get {
+                to,
+                reqnum,
+                optimistic,
+                forward,
+                alpha,
+                url,
+            } => {
+                let Some(obj) = obj else { continue };
+                let msg = DirMsg::Get {
+                    obj,
+                    reqnum,
+                    optimistic,
+                    forward,
+                    alpha,
+                };
+                let bytes = get_len(&url);
+                sim.send_proto(
+                    node,
+                    node_of(to),
+                    bytes,
+                    Kind::Directory,
+                    Msg::Directory(msg),
+                    t,
+                );
+            }
+            Outgoing::Data {
+                to,
+                reqnum,
+                forwarded,
+                holders,
+                url,
+            } => {
+                let Some(obj) = obj else { continue };
+                let bytes = data_len(holders.len(), &url);
+                let msg = DirMsg::Data {
+                    obj,
+                    reqnum,
+                    forwarded,
+                    holders,
+                };
+                sim.send_proto(
+                    node,
+                    node_of(to),
+                    bytes,
+                    Kind::Directory,
+                    Msg::Directory(msg),
+                    t,
+                );
+            }
+            Outgoing::Query {
+                to,
+                reqnum,
+                url,
+                on_behalf_of,
+            } => {
+                let Some(obj) = obj else { continue };
+                if to == me {
+                    // Variant 2, the owner holds it too: answered from our store, straight to
+                    // the requester.
+                    if let Some(requester) = on_behalf_of {
+                        answer_query(sim, node, SocketAddr::V4(requester), obj, reqnum, t);
+                    }
+                    continue;
+                }
+                match on_behalf_of {
+                    None => {
+                        let peer = sim.nodes[node as usize].mesh.peer_at(SocketAddr::V4(to));
+                        if let Some(peer) = peer {
+                            sim.send_icp_queries(node, obj, reqnum, &[peer], t);
+                        }
+                    }
+                    Some(requester) => {
+                        let msg = DirMsg::ForwardedQuery {
+                            obj,
+                            reqnum,
+                            requester,
+                        };
+                        let bytes = icp_query_len(&url);
+                        let to = node_of(to);
+                        sim.send_proto(node, to, bytes, Kind::IcpQuery, Msg::Directory(msg), t);
+                    }
+                }
+            }
+            Outgoing::Add { to, keys } => send_batches(sim, node, true, node_of(to), &keys, t),
+            Outgoing::Del { to, keys } => send_batches(sim, node, false, node_of(to), &keys, t),
+        }
+    }
+}
+
+/// `DIR_ADD` (`add`) or `DIR_DEL` datagrams for `keys`, as many as `encode_batches` makes.
+fn send_batches(sim: &mut Sim<'_>, node: NodeIx, add: bool, to: NodeIx, keys: &[[u8; 16]], t: u64) {
+    let holder = icp_v4(node);
+    for chunk in keys.chunks(KEYS_PER_DATAGRAM) {
+        let msg = DirMsg::Update {
+            add,
+            holder,
+            keys: chunk.to_vec(),
+        };
+        let bytes = update_len(chunk.len());
+        sim.send_proto(node, to, bytes, Kind::Directory, Msg::Directory(msg), t);
+    }
+}
+
+/// Our ICP answer to a query for `obj` (search `reqnum`) answered at `reply_to`, sent after
+/// `t` (`coop::respond`'s query branch, and `directory::holding_reply`).
+fn answer_query(
+    sim: &mut Sim<'_>,
+    node: NodeIx,
+    reply_to: SocketAddr,
+    obj: u32,
+    reqnum: u32,
+    t: u64,
+) {
+    let trace = sim.trace;
+    let n = &mut sim.nodes[node as usize];
+    let asker = n.mesh.on_query(reply_to, false);
+    let holding = if n.store.contains(&trace.objects[obj as usize].key) {
+        Holding::Fresh
+    } else {
+        Holding::Nothing
+    };
+    let kind = answer(asker, holding);
+    let Some(to) = node_at(reply_to) else { return };
+    sim.send_icp_reply(node, to, obj, reqnum, kind, t);
+}
+
+/// A directory datagram reached `to` (`directory::on_datagram`, and `coop::respond` for a
+/// forwarded query).
+pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMsg, t: u64) {
+    let trace = sim.trace;
+    let at = sim.at(sim.now);
+    let from_addr = icp_addr(from);
+    let Some(d) = sim.proto.directory.get_mut(to as usize) else {
+        // A node without a directory drops directory datagrams, and forwarded queries.
+        return;
+    };
+    match msg {
+        DirMsg::Get {
+            obj,
+            reqnum,
+            optimistic,
+            forward,
+            alpha,
+        } => {
+            let o = &trace.objects[obj as usize];
+            let sends = d.dir.on_get(
+                at,
+                from_addr,
+                icp_v4(from),
+                reqnum,
+                optimistic,
+                forward,
+                alpha,
+                &o.url,
+                &o.key.0,
+            );
+            send(sim, to, Some(obj), sends, t);
+        }
+        DirMsg::Data {
+            obj,
+            reqnum,
+            forwarded,
+            holders,
+        } => {
+            let mesh = &mut sim.nodes[to as usize].mesh;
+            let (sends, route) = d
+                .dir
+                .on_data(at, mesh, from_addr, reqnum, forwarded, &holders);
+            if let Some(route) = route {
+                sim.decided(to, reqnum, route, t);
+            }
+            send(sim, to, Some(obj), sends, t);
+        }
+        DirMsg::Update { add, holder, keys } => {
+            if d.dir.on_update(at, from_addr, holder, add, &keys) {
+                let mesh = &mut sim.nodes[to as usize].mesh;
+                if let Some(id) = mesh.peer_at(from_addr) {
+                    mesh.heard_from(at, id);
+                }
+            }
+        }
+        DirMsg::ForwardedQuery {
+            obj,
+            reqnum,
+            requester,
+        } => {
+            // Honoured only when the sender and the requester are both members; else dropped.
+            if let Some(reply_to) = d.dir.forwarded_reply_to(from_addr, requester) {
+                answer_query(sim, to, reply_to, obj, reqnum, t);
+            }
+        }
+    }
+}
+
+/// An ICP reply of `kind` for `obj` (search `reqnum`) reached `to` from `from`: the
+/// directory's if it is one of its searches, else ICP's (`coop::respond`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn on_icp_reply(
+    sim: &mut Sim<'_>,
+    to: NodeIx,
+    from: NodeIx,
+    obj: u32,
+    reqnum: u32,
+    kind: ReplyKind,
+    t: u64,
+) {
+    let trace = sim.trace;
+    let at = sim.at(sim.now);
+    let reply = Reply {
+        kind,
+        reqnum,
+        url: &trace.objects[obj as usize].url,
+        src_rtt_ms: None,
+    };
+    let from = icp_addr(from);
+    let mesh = &mut sim.nodes[to as usize].mesh;
+    let mine = sim
+        .proto
+        .directory
+        .get_mut(to as usize)
+        .and_then(|d| d.dir.on_reply(at, mesh, from, reply));
+    let decided = match mine {
+        Some(route) => route.map(|r| (reqnum, r)),
+        None => mesh.on_reply(at, from, reply),
+    };
+    if let Some((reqnum, route)) = decided {
+        sim.decided(to, reqnum, route, t);
+    }
+}
+
+/// The deadline of search `reqnum` at `node` passed.
+pub(crate) fn on_deadline(sim: &mut Sim<'_>, node: NodeIx, reqnum: u32) -> Option<Route> {
+    let at = sim.at(sim.now);
+    let d = sim.proto.directory.get_mut(node as usize)?;
+    d.dir
+        .on_deadline(at, &mut sim.nodes[node as usize].mesh, reqnum)
+}
+
+/// `node`'s fetch of `obj` ended and its store did `events`: the fetch is done, stored or
+/// not (`fetch_done`, at once, as the proxy calls it when the response comes), and the events
+/// wait for the next drain.
+pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, obj: u32, events: &[StoreEvent]) {
+    let trace = sim.trace;
+    let now = sim.now;
+    let at = sim.at(now);
+    let Some(d) = sim.proto.directory.get_mut(node as usize) else {
+        return;
+    };
+    let key = trace.objects[obj as usize].key;
+    let stored = events.iter().any(|e| e.is_admission() && e.key() == key);
+    d.dir.fetch_done(at, key.0, stored);
+    d.events
+        .extend(events.iter().map(|e| (e.key().0, e.is_admission())));
+    // The proxy drains every 10 ms; a drain is due whenever there is something to drain (an
+    // event, or an optimistic entry `fetch_done` took back).
+    let pending = !d.events.is_empty() || d.dir.queued_updates() > 0;
+    if pending && d.drain_at.is_none() {
+        let due = (now / DRAIN_INTERVAL_NS + 1) * DRAIN_INTERVAL_NS;
+        d.drain_at = Some(due);
+        sim.schedule(due, Ev::Tick { node });
+    }
+}
+
+/// A timer of `node`: the drain of its store events, or the renewal of its whole store, or
+/// both (one round of `directory::run_updates`).
+pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
+    let now = sim.now;
+    let at = sim.at(now);
+    let half_ttl = ns(sim.spec.protocol.directory_ttl) / 2;
+    let Some(d) = sim.proto.directory.get_mut(node as usize) else {
+        return;
+    };
+    let draining = d.drain_at == Some(now);
+    let renewing = now >= d.renew_at;
+    if !draining && !renewing {
+        // A drain already done by a renewal.
+        return;
+    }
+    d.drain_at = None;
+    for (key, admitted) in d.events.drain(..) {
+        if admitted {
+            d.dir.on_admitted(at, key);
+        } else {
+            d.dir.on_removed(at, key);
+        }
+    }
+    if renewing {
+        // Records expire after the TTL: everything still stored is announced again.
+        d.renew_at += half_ttl;
+        for key in sim.nodes[node as usize].store.keys() {
+            d.dir.on_admitted(at, key.0);
+        }
+    }
+    let renew_at = d.renew_at;
+    let sends = d.dir.take_updates();
+    if renewing {
+        sim.schedule_timer(renew_at, node);
+    }
+    send(sim, node, None, sends, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use meshcache_wire::directory::{
+        encode_batches, DirData, DirGet, DirMessage, HolderOp, HolderUpdate,
+    };
+    use meshcache_wire::icp;
+
+    use super::*;
+
+    /// The sizes the simulator counts are the proxy's encoders' output lengths.
+    #[test]
+    fn sizes_are_the_encoders() {
+        let me = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 3130);
+        let url = "http://group1.lab/o/12345?size=3072";
+        let get = DirMessage::Get(DirGet {
+            reqnum: 7,
+            optimistic: true,
+            forward: true,
+            alpha: 2,
+            sender: *me.ip(),
+            requester: me,
+            url: url.as_bytes(),
+        });
+        assert_eq!(get.to_bytes().unwrap().len() as u64, get_len(url));
+        for n in [0, 1, 5] {
+            let data = DirMessage::Data(DirData {
+                reqnum: 7,
+                forwarded: false,
+                sender: *me.ip(),
+                nodes: vec![me; n],
+                url: url.as_bytes(),
+            });
+            assert_eq!(data.to_bytes().unwrap().len() as u64, data_len(n, url));
+        }
+        let update = DirMessage::Add(HolderUpdate {
+            seq: 1,
+            sender: *me.ip(),
+            holder: me,
+            keys: vec![[3; 16]; 4],
+        });
+        assert_eq!(update.to_bytes().unwrap().len() as u64, update_len(4));
+        let mut forwarded = icp::Message::query(7, url.as_bytes())
+            .with_options(meshcache_wire::directory::FORWARDED_QUERY);
+        forwarded.option_data = 3130;
+        forwarded.payload = icp::Payload::Query {
+            requester: *me.ip(),
+            url: url.as_bytes().to_vec(),
+        };
+        assert_eq!(
+            forwarded.to_bytes().unwrap().len() as u64,
+            icp_query_len(url)
+        );
+    }
+
+    /// Updates are cut as `encode_batches` cuts them.
+    #[test]
+    fn batches_are_the_encoders() {
+        let me = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), 3130);
+        for n in [1, 89, 90, 91, 500] {
+            let keys = vec![[9u8; 16]; n];
+            let mut out = Vec::new();
+            encode_batches(
+                HolderOp::Add,
+                1,
+                *me.ip(),
+                me,
+                &keys,
+                DEFAULT_BATCH_LEN,
+                &mut out,
+            )
+            .unwrap();
+            let ours: Vec<u64> = keys
+                .chunks(KEYS_PER_DATAGRAM)
+                .map(|c| update_len(c.len()))
+                .collect();
+            let theirs: Vec<u64> = out.iter().map(|d| d.len() as u64).collect();
+            assert_eq!(ours, theirs, "{n} keys");
+        }
+    }
+
+    #[test]
+    fn leaves_are_members_parents_have_no_directory() {
+        let mut spec = SimSpec::default();
+        spec.protocol.name = Protocol::Directory;
+        spec.mesh.caches = 3;
+        spec.mesh.parents = 1;
+        let nodes = mesh::build(&spec);
+        let state = new_state(&spec, &nodes);
+        assert_eq!(state.len(), 3);
+        assert_eq!(state[1].dir.members().len(), 2);
+        assert_eq!(state[1].dir.me(), icp_v4(1));
+        assert_eq!(
+            config(&spec).max_entries,
+            16 * 1024 * 1024 / ENTRY_BYTES,
+            "the proxy's default budget"
+        );
+        spec.protocol.name = Protocol::Icp;
+        assert!(new_state(&spec, &nodes).is_empty());
+    }
+}

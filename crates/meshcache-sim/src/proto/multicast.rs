@@ -1,0 +1,199 @@
+//! The multicast search (the Berkeley protocol) in the simulator: every node runs
+//! `meshcache-dcm`'s [`Multicast`] against its own peer table, called at the points
+//! `meshcache-proxy` calls it.
+//!
+//! | proxy (`meshcache-proxy`) | here |
+//! |---|---|
+//! | `MulticastState::new`, then `multicast::start` settles the mode | [`new_state`]: `protocol.multicast_mode`, `ip` by default (what `auto` settles on where the network carries the group) |
+//! | `Coop::route` → `Multicast::begin`, then `multicast::send_queries` | [`search`] |
+//! | `run_group` (by the group) and `coop::respond` (unicast) → `multicast::answer` → `Multicast::on_query`: `ICP_OP_HIT` or silence | [`on_message`] |
+//! | `coop::respond`: a reply goes to `Multicast::on_reply`, else to ICP's `on_reply` | [`on_icp_reply`] |
+//! | `Coop::decision` at the deadline → `Multicast::on_deadline` | [`on_deadline`] |
+//!
+//! **The group.** Every node of the mesh has joined it. A query sent to the group is one
+//! datagram: one message counted, one send on the sender's CPU and interface, one crossing of
+//! the network, and a copy delivered to every other node at the same time, each of which
+//! spends a receive on it (a node that does not list the sender drops it). In logical mode
+//! each unicast copy is a message. HIT replies count as multicast messages too.
+//!
+//! Sizes are the proxy's datagrams': `meshcache_wire::multicast::query` and its ICP reply.
+
+use meshcache_dcm::icp::Holding;
+use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
+use meshcache_dcm::{Reply, ReplyKind, Route};
+use meshcache_wire::icp::HEADER_LEN;
+
+use super::Msg;
+use crate::engine::{ns, Payload, Sim};
+use crate::mesh::{icp_addr, node_at, Node, NodeIx};
+use crate::results::Kind;
+use crate::spec::{Protocol, SimSpec};
+
+/// A multicast message.
+#[derive(Debug)]
+pub(crate) enum McMsg {
+    /// The query for `obj` of the sender's search `reqnum` (flag `MULTICAST_QUERY`: answer a
+    /// hit only).
+    Query { obj: u32, reqnum: u32 },
+}
+
+/// Query bytes for `url`: an ICP query (header, requester field, URL, NUL) with the flag.
+pub(crate) fn query_len(url: &str) -> u64 {
+    (HEADER_LEN + 4 + url.len() + 1) as u64
+}
+
+/// `ICP_OP_HIT` bytes for `url`.
+pub(crate) fn reply_len(url: &str) -> u64 {
+    (HEADER_LEN + url.len() + 1) as u64
+}
+
+/// Every node's multicast state, or nothing when the protocol is another.
+pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node]) -> Vec<Multicast> {
+    if spec.protocol.name != Protocol::Multicast {
+        return Vec::new();
+    }
+    let p = &spec.protocol;
+    let config = MulticastConfig {
+        timeout_floor: p.multicast_timeout_floor,
+        timeout_ceiling: p.icp_timeout_ceiling,
+    };
+    nodes
+        .iter()
+        .map(|_| Multicast::new(config.clone(), p.multicast_mode))
+        .collect()
+}
+
+/// The search of a miss of `obj` by `job` at `node` (`Coop::route`'s multicast branch).
+pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
+    let trace = sim.trace;
+    let o = &trace.objects[obj as usize];
+    let at = sim.at(t);
+    let s = sim.proto.multicast[node as usize].begin(
+        at,
+        &mut sim.nodes[node as usize].mesh,
+        &o.url,
+        &o.host,
+        true,
+    );
+    let bytes = query_len(&o.url);
+    let reqnum = s.reqnum;
+    let query = move || Msg::Multicast(McMsg::Query { obj, reqnum });
+    for q in &s.queries {
+        match *q {
+            Destination::Group => {
+                let everyone = sim.nodes.len() as NodeIx;
+                let others = (0..everyone).filter(|&n| n != node);
+                sim.send_group(node, others, bytes, Kind::Multicast, query, t);
+            }
+            Destination::Peer { addr, .. } => {
+                if let Some(to) = node_at(addr) {
+                    sim.send_proto(node, to, bytes, Kind::Multicast, query(), t);
+                }
+            }
+        }
+    }
+    sim.start_search(job, node, s.reqnum, s.outcome, t);
+}
+
+/// A multicast message reached `to` from `from` (`multicast::answer`): a member's query is
+/// answered `ICP_OP_HIT` when we hold the object, and not at all otherwise.
+pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: McMsg, t: u64) {
+    let McMsg::Query { obj, reqnum } = msg;
+    let trace = sim.trace;
+    let url = &trace.objects[obj as usize].url;
+    let n = &mut sim.nodes[to as usize];
+    let holding = if n.store.contains(&trace.objects[obj as usize].key) {
+        Holding::Fresh
+    } else {
+        Holding::Nothing
+    };
+    let Some(m) = sim.proto.multicast.get_mut(to as usize) else {
+        return;
+    };
+    if m.on_query(&mut n.mesh, icp_addr(from), holding) != Answer::Hit {
+        return;
+    }
+    let sent = sim.cpu(to, t, ns(sim.spec.net.cpu_datagram));
+    let payload = Payload::IcpReply {
+        obj,
+        reqnum,
+        kind: ReplyKind::Hit,
+    };
+    sim.send_datagram(to, from, sent, reply_len(url), Kind::Multicast, payload);
+}
+
+/// An ICP reply of `kind` for `obj` (search `reqnum`) reached `to` from `from`: the multicast
+/// search's if it is one of its searches (or a late HIT to one), else ICP's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn on_icp_reply(
+    sim: &mut Sim<'_>,
+    to: NodeIx,
+    from: NodeIx,
+    obj: u32,
+    reqnum: u32,
+    kind: ReplyKind,
+    t: u64,
+) {
+    let trace = sim.trace;
+    let at = sim.at(sim.now);
+    let reply = Reply {
+        kind,
+        reqnum,
+        url: &trace.objects[obj as usize].url,
+        src_rtt_ms: None,
+    };
+    let from = icp_addr(from);
+    let mesh = &mut sim.nodes[to as usize].mesh;
+    let mine = sim
+        .proto
+        .multicast
+        .get_mut(to as usize)
+        .and_then(|m| m.on_reply(at, mesh, from, reply));
+    let decided = match mine {
+        Some(route) => route.map(|r| (reqnum, r)),
+        None => mesh.on_reply(at, from, reply),
+    };
+    if let Some((reqnum, route)) = decided {
+        sim.decided(to, reqnum, route, t);
+    }
+}
+
+/// The deadline of search `reqnum` at `node` passed: the normal end of a miss.
+pub(crate) fn on_deadline(sim: &mut Sim<'_>, node: NodeIx, reqnum: u32) -> Option<Route> {
+    let at = sim.at(sim.now);
+    let m = sim.proto.multicast.get_mut(node as usize)?;
+    m.on_deadline(at, &mut sim.nodes[node as usize].mesh, reqnum)
+}
+
+#[cfg(test)]
+mod tests {
+    use meshcache_dcm::multicast::Mode;
+    use meshcache_wire::icp;
+
+    use super::*;
+
+    /// The sizes the simulator counts are the proxy's encoders' output lengths.
+    #[test]
+    fn sizes_are_the_encoders() {
+        let url = "http://group1.lab/o/12345?size=3072";
+        let query = meshcache_wire::multicast::query(7, url.as_bytes());
+        assert_eq!(query.to_bytes().unwrap().len() as u64, query_len(url));
+        let hit = icp::Message::reply(icp::Opcode::Hit, &query).unwrap();
+        assert_eq!(hit.to_bytes().unwrap().len() as u64, reply_len(url));
+    }
+
+    #[test]
+    fn every_node_has_a_machine_in_the_configured_mode() {
+        let mut spec = SimSpec::default();
+        spec.protocol.name = Protocol::Multicast;
+        spec.mesh.parents = 1;
+        let nodes = crate::mesh::build(&spec);
+        let state = new_state(&spec, &nodes);
+        assert_eq!(state.len(), 5);
+        assert_eq!(state[0].mode(), Mode::Ip, "the default");
+        spec.protocol.multicast_mode = Mode::Logical;
+        assert_eq!(new_state(&spec, &nodes)[3].mode(), Mode::Logical);
+        spec.protocol.name = Protocol::Directory;
+        assert!(new_state(&spec, &nodes).is_empty());
+    }
+}

@@ -1,0 +1,634 @@
+//! Summary Cache (`summary`) and Squid's Cache Digests (`digest`) on the virtual clock: the
+//! proxy's summary driver (`meshcache-proxy/src/summary.rs`) and the summary branch of its
+//! `Coop::route`, calling the same `meshcache-dcm` machines ([`LocalSummary`],
+//! [`PeerSummaries`], `IcpMesh::begin_guided` / `digest_route`) and the same wire codecs.
+//!
+//! Per node, [`NodeState`] holds what the proxy's `Summaries` holds. Its life, function by
+//! function of the proxy:
+//!
+//! - `Summaries::new`: the filter is sized for `summary_capacity` documents, or the store's
+//!   bytes at 13 KiB an object (Squid's `store_avg_object_size`), at least 100; the digest is
+//!   published at once.
+//! - `run_local`: store events wait for the next 250 ms drain tick; then, with `summary`, the
+//!   updates [`LocalSummary::due`] says are due go by ICP (`ICP_OP_DIRUPDATE`, encoded once,
+//!   one datagram per peer and message); every fourth tick (the proxy's tick counter) the
+//!   filter is resized if the store outgrew it, rebuilt from the store's keys (and, with
+//!   `digest`, republished); with `digest`, it is rebuilt every `digest_interval`.
+//! - `on_update_datagram`: a decoded update goes to [`PeerSummaries::on_update`]; its sender is
+//!   alive for ICP (`heard_from`); one that is held (a gap, a restart) asks for a fetch.
+//! - `run_fetch`: a check every second (from the start: every summary is wanted then) turns the
+//!   digests whose `Expires` came into wanted ones, then fetches what
+//!   [`PeerSummaries::fetch_due`] names, one after the other, each an HTTP exchange whose body
+//!   is the encoded full array or digest; `fetch_one` decodes it with the wire decoders and
+//!   installs it or rejects it. A digest is fetched again when it expires (its `Expires`, whole
+//!   seconds, clamped to 1 s..`digest_interval`).
+//! - `Coop::route`: the peers whose summary may hold the object; none and no parent: the
+//!   origin, no search; `digest`: `digest_route`, no query; `summary`: `begin_guided` queries
+//!   just them. An ICP MISS from a queried peer, or a 504 from a digest's sibling, is a false
+//!   hit.
+//!
+//! Timers: drain ticks and the checks that follow startup or a gap are [`Ev::Tick`]s (work a
+//! serial replay waits for); digest rebuilds, refreshes and retries after a refused summary
+//! are [`Ev::Timer`]s, which nothing waits for (the run ends when only they are left).
+//! Virtual time 0 is taken to fall on a whole second (HTTP dates have whole seconds).
+//!
+//! Not modelled: failed or timed-out fetches (`peer_response_timeout` × 2 in the proxy; here
+//! a fetch always arrives), store events lost to a slow consumer (the proxy's lagged
+//! broadcast), and the false hit a parent's `X-Cache: MISS` makes of a digest's parent hit
+//! (the engine tells a protocol of a sibling's 504, not of a parent's miss). With `summary`
+//! the proxy also rebuilds a digest for Squid peers; nobody fetches it here, so it is not built.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use meshcache_dcm::summary::{LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
+use meshcache_dcm::{Outcome, PeerId, Reply, ReplyKind, Role, Route};
+use meshcache_store::StoreEvent;
+use meshcache_summary::{CacheDigest, DigestError, Hashing};
+use meshcache_wire::summary as wire;
+use meshcache_wire::WireError;
+
+use crate::engine::{ns, Ev, Sim};
+use crate::mesh::{self, icp_addr, Node, NodeIx};
+use crate::results::{Kind, SummaryReport};
+use crate::spec::{Protocol, SimSpec};
+
+/// Squid's `store_avg_object_size`, used to size the summary from the store's byte budget.
+const AVG_OBJECT_SIZE: u64 = 13 * 1024;
+/// How often store events are folded into the summary (the proxy's `DRAIN_INTERVAL`).
+const DRAIN_INTERVAL: u64 = 250_000_000;
+/// The resize check runs on every this many drain ticks.
+const RESIZE_EVERY: u64 = 4;
+/// How often due fetches are looked for (the proxy's `FETCH_CHECK_INTERVAL`).
+const FETCH_CHECK_INTERVAL: u64 = 1_000_000_000;
+/// The shortest wait between two fetches from one peer (the proxy's `PeerSummaries`).
+const MIN_FETCH_INTERVAL: Duration = Duration::from_secs(1);
+/// One second, in ns.
+const SECOND: u64 = 1_000_000_000;
+
+/// Encoded bytes, shared by every copy of a message.
+#[derive(Clone)]
+pub(crate) struct Body(Arc<[u8]>);
+
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes", self.0.len())
+    }
+}
+
+/// A summary message between nodes.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// An `ICP_OP_DIRUPDATE` datagram, as the sender encoded it.
+    Update(Body),
+    /// `GET /meshcache-internal/summary` (summary) or
+    /// `/squid-internal-periodic/store_digest` (digest).
+    Fetch,
+    /// Its response: the body of a 200 (`None`: an error status), and a digest's `Expires`
+    /// (virtual ns, whole seconds).
+    Fetched {
+        body: Option<Body>,
+        expires: Option<u64>,
+    },
+}
+
+/// One node's summaries: its own and its peers'.
+pub(crate) struct NodeState {
+    local: LocalSummary,
+    peers: PeerSummaries,
+    /// The store's bytes at 13 KiB an object, at least 100: the smallest capacity a resize
+    /// picks.
+    min_capacity: u32,
+    /// Store events not folded in yet: key, and whether it was an admission.
+    events: Vec<([u8; 16], bool)>,
+    /// Events were folded in since the last resize check.
+    resize_owed: bool,
+    /// The digest we serve (digest protocol): its encoding and when it expires.
+    published: Option<(Body, u64)>,
+    /// Digests: when each peer's digest should be fetched again.
+    refresh: BTreeMap<usize, u64>,
+    /// Per peer: a whole summary is wanted (what `PeerSummaries` keeps as `want_full`).
+    wanting: Vec<bool>,
+    /// Fetches to make, one after the other, and the one under way.
+    queue: VecDeque<PeerId>,
+    fetching: Option<PeerId>,
+    /// A check came while fetches were under way: it runs when they end.
+    check_missed: bool,
+    /// When the next drain tick, fetch check and digest rebuild are due.
+    drain_at: Option<u64>,
+    check_at: Option<u64>,
+    rebuild_at: Option<u64>,
+    /// Updates published (each one or more messages to every peer).
+    update_rounds: u64,
+    /// Counters the proxy keeps in `SummaryCounters`.
+    updates_sent: u64,
+    update_bytes_sent: u64,
+    bad_updates: u64,
+    served: u64,
+    served_bytes: u64,
+}
+
+impl NodeState {
+    /// What `Summaries::new` sets up for `node`.
+    pub(crate) fn new(spec: &SimSpec, node: NodeIx, n: &Node) -> NodeState {
+        let p = &spec.protocol;
+        let memory = if n.is_parent {
+            spec.mesh.parent_size
+        } else {
+            spec.mesh.cache_size
+        };
+        let min_capacity = u32::try_from(memory.as_u64() / AVG_OBJECT_SIZE)
+            .unwrap_or(u32::MAX)
+            .max(100);
+        let capacity = if p.summary_capacity > 0 {
+            p.summary_capacity
+        } else {
+            min_capacity
+        };
+        let hashing = Hashing::with_functions(p.summary_hash_functions).unwrap_or(Hashing::DIGEST);
+        // The proxy starts its numbering at a random point; any odd number will do here.
+        let first_seq = node.wrapping_mul(0x9e37_79b9).rotate_left(16) | 1;
+        let mut local = LocalSummary::new(
+            capacity,
+            u8::try_from(p.bits_per_entry).unwrap_or(u8::MAX),
+            hashing,
+            p.summary_threshold,
+            first_seq,
+        );
+        local.set_sender(mesh::ip(node));
+        let peers = n.peer_nodes.len();
+        let mut s = NodeState {
+            local,
+            peers: PeerSummaries::new(peers, MIN_FETCH_INTERVAL),
+            min_capacity,
+            events: Vec::new(),
+            resize_owed: false,
+            published: None,
+            refresh: BTreeMap::new(),
+            wanting: vec![true; peers],
+            queue: VecDeque::new(),
+            fetching: None,
+            check_missed: false,
+            drain_at: None,
+            check_at: None,
+            rebuild_at: None,
+            update_rounds: 0,
+            updates_sent: 0,
+            update_bytes_sent: 0,
+            bad_updates: 0,
+            served: 0,
+            served_bytes: 0,
+        };
+        if p.name == Protocol::Digest {
+            s.publish(0, ns(p.digest_interval));
+        }
+        s
+    }
+
+    /// Rebuilds the digest we serve from the counting filter (`Summaries::publish`). Only
+    /// the digest protocol's peers fetch it, so the summary protocol does not build it.
+    fn publish(&mut self, now: u64, period: u64) {
+        let body = self.local.digest().encode();
+        self.published = Some((Body(body.into()), now + period));
+    }
+}
+
+/// Whether `node` exchanges summaries with `peer` (`Summaries::exchanging`: with `summary`,
+/// only over ICP; the sim's peers all keep digests).
+fn exchanging(spec: &SimSpec, n: &Node, peer: PeerId) -> bool {
+    spec.protocol.name != Protocol::Summary || n.mesh.peers()[peer.0].spec.icp.is_some()
+}
+
+/// The first multiple of `every` after `t`.
+fn after(t: u64, every: u64) -> u64 {
+    (t / every + 1) * every
+}
+
+/// Before the first request: the first fetch check (every summary is wanted) and, with
+/// digests, the rebuild timer.
+pub(crate) fn start(sim: &mut Sim<'_>) {
+    let period = ns(sim.spec.protocol.digest_interval);
+    for node in 0..sim.nodes.len() as NodeIx {
+        if !sim.nodes[node as usize].peer_nodes.is_empty() {
+            set_check(sim, node, 0, false);
+        }
+        if sim.spec.protocol.name == Protocol::Digest {
+            sim.proto.summary[node as usize].rebuild_at = Some(period);
+            sim.schedule_timer(period, node);
+        }
+    }
+}
+
+/// The search of a miss of `obj` (`Coop::route`, summary branch). The engine's requests are
+/// all GETs: hierarchical, so siblings may be asked.
+pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
+    let spec = sim.spec;
+    let o = &sim.trace.objects[obj as usize];
+    let at = sim.at(t);
+    let n = &mut sim.nodes[node as usize];
+    let s = &mut sim.proto.summary[node as usize];
+    let has_parents = n.mesh.peers().iter().any(|p| p.spec.role == Role::Parent);
+    let hits = s.peers.candidates(&o.key.0, |p| exchanging(spec, n, p));
+    if hits.is_empty() && !has_parents {
+        // No summary says "maybe" and no parent could take it: the origin, no search.
+        sim.start_search(job, node, 0, Outcome::Decided(Route::direct()), t);
+        return;
+    }
+    if spec.protocol.name == Protocol::Digest {
+        let route = n.mesh.digest_route(at, &o.host, true, &hits);
+        sim.start_search(job, node, 0, Outcome::Decided(route), t);
+        return;
+    }
+    let search = n
+        .mesh
+        .begin_guided(at, &o.url, &o.host, true, |p| hits.contains(&p));
+    let peers: Vec<PeerId> = search.queries.iter().map(|(p, _)| *p).collect();
+    sim.send_icp_queries(node, obj, search.reqnum, &peers, t);
+    sim.start_search(job, node, search.reqnum, search.outcome, t);
+}
+
+/// An ICP reply to a summary search (`respond`, reply branch): a MISS from a peer whose
+/// summary said "maybe" is a false hit; then the search machine takes it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn on_icp_reply(
+    sim: &mut Sim<'_>,
+    to: NodeIx,
+    from: NodeIx,
+    obj: u32,
+    reqnum: u32,
+    kind: ReplyKind,
+    t: u64,
+) {
+    let at = sim.at(sim.now);
+    let url = &sim.trace.objects[obj as usize].url;
+    let n = &mut sim.nodes[to as usize];
+    if matches!(kind, ReplyKind::Miss | ReplyKind::MissNoFetch) {
+        if let Some(peer) = n.mesh.peer_at(icp_addr(from)) {
+            sim.proto.summary[to as usize].peers.false_hit(peer);
+        }
+    }
+    let reply = Reply {
+        kind,
+        reqnum,
+        url,
+        src_rtt_ms: None,
+    };
+    if let Some((reqnum, route)) = n.mesh.on_reply(at, icp_addr(from), reply) {
+        sim.decided(to, reqnum, route, t);
+    }
+}
+
+/// `peer` answered 504 to `node`'s `only-if-cached` request. Digest routes list siblings only
+/// as digest hits (`CD_SIBLING_HIT`), so with digests that is a false hit; with summaries a
+/// sibling is tried after an ICP HIT, and its 504 is no false hit of the summary.
+pub(crate) fn on_refused(sim: &mut Sim<'_>, node: NodeIx, peer: PeerId) {
+    if sim.spec.protocol.name == Protocol::Digest {
+        sim.proto.summary[node as usize].peers.false_hit(peer);
+    }
+}
+
+/// `node`'s store did `events`: they wait for the next drain tick.
+pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, events: &[StoreEvent], t: u64) {
+    if events.is_empty() {
+        return;
+    }
+    let s = &mut sim.proto.summary[node as usize];
+    s.events
+        .extend(events.iter().map(|e| (e.key().0, e.is_admission())));
+    set_drain(sim, node, after(t, DRAIN_INTERVAL));
+}
+
+/// A summary message arrived at `to` (its CPU is done with it at `t`).
+pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
+    match msg {
+        Msg::Update(body) => on_update(sim, to, from, &body, t),
+        Msg::Fetch => serve(sim, to, from, t),
+        Msg::Fetched { body, expires } => fetched(sim, to, body, expires, t),
+    }
+}
+
+/// A timer of `node` fired: one of its rebuild, drain and fetch check that are due now (each
+/// due one has an event of its own, so none waits for another node's at the same instant:
+/// every rebuild set for a time comes before the fetches that time's checks make).
+pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
+    let now = sim.now;
+    let s = &mut sim.proto.summary[node as usize];
+    if s.rebuild_at == Some(now) {
+        let period = ns(sim.spec.protocol.digest_interval);
+        s.publish(now, period);
+        s.rebuild_at = Some(now + period);
+        sim.schedule_timer(now + period, node);
+    } else if s.drain_at == Some(now) {
+        drain(sim, node);
+    } else if s.check_at == Some(now) {
+        check(sim, node);
+    }
+}
+
+/// Wants a drain tick at `at` (the earliest wanted wins; a later tick finds nothing due).
+fn set_drain(sim: &mut Sim<'_>, node: NodeIx, at: u64) {
+    let s = &mut sim.proto.summary[node as usize];
+    if s.drain_at.is_none_or(|d| at < d) {
+        s.drain_at = Some(at);
+        sim.schedule(at, Ev::Tick { node });
+    }
+}
+
+/// Wants a fetch check at `at`: as work, or in the background (a timer the run does not wait
+/// for).
+fn set_check(sim: &mut Sim<'_>, node: NodeIx, at: u64, background: bool) {
+    let s = &mut sim.proto.summary[node as usize];
+    if s.check_at.is_none_or(|c| at < c) {
+        s.check_at = Some(at);
+        let ev = if background {
+            Ev::Timer { node }
+        } else {
+            Ev::Tick { node }
+        };
+        sim.schedule(at, ev);
+    }
+}
+
+/// A drain tick (`run_local`'s loop body): folds the store events in, sends the updates that
+/// are due, and on every fourth tick resizes the filter if the store outgrew it.
+fn drain(sim: &mut Sim<'_>, node: NodeIx) {
+    let now = sim.now;
+    let protocol = sim.spec.protocol.name;
+    let s = &mut sim.proto.summary[node as usize];
+    s.drain_at = None;
+    if !s.events.is_empty() {
+        s.resize_owed = true;
+    }
+    for (key, admitted) in s.events.drain(..) {
+        if admitted {
+            s.local.admitted(&key);
+        } else {
+            s.local.removed(&key);
+        }
+    }
+    let updates = if protocol == Protocol::Summary && s.local.due() {
+        s.local.take_updates()
+    } else {
+        Vec::new()
+    };
+    if !updates.is_empty() {
+        s.update_rounds += 1;
+        send_updates(sim, node, &updates, now);
+    }
+    // The proxy counts its ticks from the one at start: the 4th, 8th… check the size.
+    let tick = now / DRAIN_INTERVAL;
+    let s = &mut sim.proto.summary[node as usize];
+    if s.resize_owed && tick % RESIZE_EVERY == RESIZE_EVERY - 1 {
+        s.resize_owed = false;
+        if let Some(capacity) = s.local.resize_to(s.min_capacity) {
+            let store = &sim.nodes[node as usize].store;
+            s.local.rebuild(capacity, store.keys().map(|k| &k.0));
+            if protocol == Protocol::Digest {
+                s.publish(now, ns(sim.spec.protocol.digest_interval));
+            }
+        }
+    }
+    if s.resize_owed {
+        // Only events folded in since the last check can make a resize due: the next check
+        // matters only then.
+        let next = after(now, DRAIN_INTERVAL) / DRAIN_INTERVAL;
+        let next = next + (RESIZE_EVERY - 1 + RESIZE_EVERY - next % RESIZE_EVERY) % RESIZE_EVERY;
+        set_drain(sim, node, next * DRAIN_INTERVAL);
+    }
+}
+
+/// Sends each update to every peer we exchange summaries with (`send_updates`).
+fn send_updates(sim: &mut Sim<'_>, node: NodeIx, updates: &[wire::DirUpdate], t: u64) {
+    let spec = sim.spec;
+    let n = &sim.nodes[node as usize];
+    let targets: Vec<NodeIx> = (0..n.peer_nodes.len())
+        .filter(|&i| exchanging(spec, n, PeerId(i)) && n.mesh.peers()[i].spec.icp.is_some())
+        .map(|i| n.peer_nodes[i])
+        .collect();
+    for u in updates {
+        let mut datagram = Vec::with_capacity(wire::DIRUPDATE_HEADER + 4 * u.updates.len());
+        if wire::encode_dirupdate(u, &mut datagram).is_err() {
+            continue;
+        }
+        let bytes = datagram.len() as u64;
+        let body = Body(datagram.into());
+        for &to in &targets {
+            let s = &mut sim.proto.summary[node as usize];
+            s.updates_sent += 1;
+            s.update_bytes_sent += bytes;
+            let msg = crate::proto::Msg::Summary(Msg::Update(body.clone()));
+            sim.send_proto(node, to, bytes, Kind::Summary, msg, t);
+        }
+    }
+}
+
+/// An update datagram from `from` (`on_update_datagram`).
+fn on_update(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
+    let spec = sim.spec;
+    let at = sim.at(t);
+    let n = &mut sim.nodes[to as usize];
+    let s = &mut sim.proto.summary[to as usize];
+    let peer = n
+        .mesh
+        .peer_at(icp_addr(from))
+        .filter(|&p| exchanging(spec, n, p));
+    let Some(peer) = peer else {
+        // A node that does not list the sender (a parent, for its children).
+        s.bad_updates += 1;
+        return;
+    };
+    let Ok(update) = wire::decode_dirupdate(&body.0) else {
+        s.bad_updates += 1;
+        return;
+    };
+    n.mesh.heard_from(at, peer);
+    let verdict = s.peers.on_update(at, peer, update, body.0.len() as u64);
+    if verdict == UpdateVerdict::Held {
+        s.wanting[peer.0] = true;
+        set_check(sim, to, after(t, FETCH_CHECK_INTERVAL), false);
+    }
+}
+
+/// A fetch check (`run_fetch`'s loop body): expired digests are wanted again, and what is due
+/// is fetched, one peer after the other.
+fn check(sim: &mut Sim<'_>, node: NodeIx) {
+    let now = sim.now;
+    let at = sim.at(now);
+    let spec = sim.spec;
+    let n = &sim.nodes[node as usize];
+    let s = &mut sim.proto.summary[node as usize];
+    s.check_at = None;
+    if s.fetching.is_some() {
+        s.check_missed = true;
+        return;
+    }
+    if spec.protocol.name == Protocol::Digest {
+        let due: Vec<usize> = s
+            .refresh
+            .iter()
+            .filter(|(_, &when)| now >= when)
+            .map(|(&i, _)| i)
+            .collect();
+        for i in due {
+            s.refresh.remove(&i);
+            s.peers.want_full(PeerId(i));
+            s.wanting[i] = true;
+        }
+    }
+    let due = s.peers.fetch_due(at);
+    s.queue
+        .extend(due.into_iter().filter(|&p| exchanging(spec, n, p)));
+    next_fetch(sim, node, now);
+}
+
+/// Starts the next fetch of the check under way or, when none is left, plans the next check.
+fn next_fetch(sim: &mut Sim<'_>, node: NodeIx, t: u64) {
+    let s = &mut sim.proto.summary[node as usize];
+    if let Some(peer) = s.queue.pop_front() {
+        s.fetching = Some(peer);
+        let to = sim.nodes[node as usize].peer_nodes[peer.0];
+        sim.send_http(node, to, 0, crate::proto::Msg::Summary(Msg::Fetch), t);
+        return;
+    }
+    if std::mem::take(&mut s.check_missed) {
+        // The checks missed while fetching come at once (tokio's `Burst`).
+        set_check(sim, node, t, false);
+        return;
+    }
+    let retry = s.wanting.iter().any(|&w| w);
+    let refresh = s.refresh.values().min().copied();
+    if retry {
+        // A refused summary, waiting for its back-off: try again at the next check.
+        set_check(sim, node, after(t, FETCH_CHECK_INTERVAL), true);
+    }
+    if let Some(first) = refresh {
+        // The first check at or after the earliest digest's refresh time.
+        let at = first.div_ceil(FETCH_CHECK_INTERVAL) * FETCH_CHECK_INTERVAL;
+        set_check(sim, node, at.max(after(t, FETCH_CHECK_INTERVAL)), true);
+    }
+}
+
+/// A peer asks for our whole summary or digest (`serve`).
+fn serve(sim: &mut Sim<'_>, node: NodeIx, to: NodeIx, t: u64) {
+    let s = &mut sim.proto.summary[node as usize];
+    let (body, expires, kind) = match sim.spec.protocol.name {
+        Protocol::Digest => match &s.published {
+            Some((body, expires)) if s.local.filter().hashing() == Hashing::DIGEST => (
+                Some(body.clone()),
+                Some(expires / SECOND * SECOND),
+                Kind::Digest,
+            ),
+            _ => (None, None, Kind::Digest),
+        },
+        _ => match wire::encode_full(&s.local.full_array()) {
+            Ok(body) => (Some(Body(body.into())), None, Kind::Summary),
+            Err(_) => (None, None, Kind::Summary),
+        },
+    };
+    let bytes = body.as_ref().map_or(0, |b| b.0.len() as u64);
+    if body.is_some() {
+        s.served += 1;
+        s.served_bytes += bytes;
+        sim.traffic.count(kind, bytes);
+    }
+    let msg = crate::proto::Msg::Summary(Msg::Fetched { body, expires });
+    sim.send_http(node, to, bytes, msg, t);
+}
+
+/// The response to our fetch arrived (`fetch_one`): installed or refused, then the next.
+fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<u64>, t: u64) {
+    let at = sim.at(t);
+    let period = ns(sim.spec.protocol.digest_interval);
+    let protocol = sim.spec.protocol.name;
+    let s = &mut sim.proto.summary[node as usize];
+    let Some(peer) = s.fetching.take() else {
+        return;
+    };
+    match body {
+        None => {
+            s.peers.reject(at, peer, Rejection::FetchFailed);
+            s.wanting[peer.0] = true;
+        }
+        Some(body) => {
+            let bytes = body.0.len() as u64;
+            if protocol == Protocol::Digest {
+                match CacheDigest::decode(&body.0) {
+                    Ok(d) => {
+                        s.peers.install_digest(at, peer, &d, bytes);
+                        s.wanting[peer.0] = false;
+                        // `Expires` minus now, as `SystemTime::duration_since`: none when
+                        // already past (then the whole period).
+                        let ttl = expires
+                            .and_then(|e| e.checked_sub(t))
+                            .unwrap_or(period)
+                            .clamp(SECOND, period.max(SECOND));
+                        s.refresh.insert(peer.0, t + ttl);
+                    }
+                    Err(e) => {
+                        let why = match e {
+                            DigestError::TooFull { .. } => Rejection::TooFull,
+                            _ => Rejection::Malformed,
+                        };
+                        s.peers.reject(at, peer, why);
+                        s.wanting[peer.0] = true;
+                    }
+                }
+            } else {
+                match wire::decode_full(&body.0) {
+                    Ok(full) => {
+                        s.peers.install_full(at, peer, full, bytes);
+                        // Refused for unknown hash parameters, it is still wanted.
+                        s.wanting[peer.0] = !s.peers.has(peer);
+                    }
+                    Err(e) => {
+                        let why = match e {
+                            WireError::TooFull { .. } => Rejection::TooFull,
+                            _ => Rejection::Malformed,
+                        };
+                        s.peers.reject(at, peer, why);
+                        s.wanting[peer.0] = true;
+                    }
+                }
+            }
+        }
+    }
+    next_fetch(sim, node, t);
+}
+
+/// Every node's summary counters, summed.
+pub(crate) fn report(states: &[NodeState]) -> SummaryReport {
+    let mut r = SummaryReport::default();
+    let now = std::time::Instant::now();
+    for s in states {
+        let local = s.local.stats();
+        r.update_messages += local.updates;
+        r.update_rounds += s.update_rounds;
+        r.bit_changes += local.bit_changes;
+        r.rebuilds += local.rebuilds;
+        r.updates_sent += s.updates_sent;
+        r.update_bytes_sent += s.update_bytes_sent;
+        r.bad_updates += s.bad_updates;
+        r.served += s.served;
+        r.served_bytes += s.served_bytes;
+        for p in s.peers.reports(now) {
+            let st = p.stats;
+            r.lookups += st.lookups;
+            r.summary_hits += st.summary_hits;
+            r.false_hits += st.false_hits;
+            r.expected_false_hits += st.expected_false_hits;
+            r.full_fetches += st.full_fetches;
+            r.full_bytes += st.full_bytes;
+            r.updates_received += st.updates;
+            r.gaps += st.gaps;
+            r.rejected += st.rejected_malformed + st.rejected_too_full;
+            r.fetch_failures += st.fetch_failures;
+        }
+    }
+    let true_hits = r.summary_hits.saturating_sub(r.false_hits);
+    let negatives = r.lookups.saturating_sub(true_hits);
+    r.observed_fp_rate = (negatives > 0).then(|| r.false_hits as f64 / negatives as f64);
+    r.formula_fp_rate = (r.lookups > 0).then(|| r.expected_false_hits / r.lookups as f64);
+    r
+}

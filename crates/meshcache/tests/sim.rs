@@ -1,0 +1,274 @@
+//! The simulator against live meshcache nodes: the same trace through `meshcache lab run` and
+//! through `meshcache-sim`. Replayed one request at a time, both must agree exactly on every
+//! node's hits and on the inter-cache datagrams; replayed by concurrent clients, on the hit
+//! ratio within 2 points. Also the `sim` commands' surface: errors that name the bad value,
+//! and a sweep that writes its results and graphs.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+
+use meshcache_sim::spec::{NetSpec, Protocol, Replay};
+use meshcache_sim::{Control, Results, SimSpec, Trace};
+use meshcache_workload::generate::{generate, Benchmark, WorkloadSpec};
+use meshcache_workload::Request;
+
+/// The lab's default origin port, which it puts in every URL.
+const LAB_ORIGIN_PORT: u16 = 8080;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_meshcache")
+}
+
+/// A small workload with remote hits: 12 clients over 4 caches, a third of new URLs from a
+/// pool every group draws from, objects of 1–32 KiB.
+fn workload() -> Vec<Request> {
+    let spec = WorkloadSpec::Benchmark(Benchmark {
+        clients: 12,
+        requests_per_client: 40,
+        groups: 4,
+        disjoint: false,
+        shared: 0.35,
+        shared_objects: 60,
+        pareto_k: 1024,
+        max_size: 32 * 1024,
+        ..Benchmark::default()
+    });
+    generate(&spec, 11).expect("generates")
+}
+
+/// What the lab's pre-warm round sends before the measured pass: one request per node and
+/// origin host, for a URL of its own (so every node queries every peer once, and hears them).
+fn prewarm(requests: &[Request], caches: u32) -> Vec<Request> {
+    let mut hosts: Vec<&str> = requests
+        .iter()
+        .map(|r| meshcache_sim::trace::host_of(&r.url))
+        .collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    (0..caches)
+        .flat_map(|node| {
+            hosts.iter().map(move |host| Request {
+                time_ms: 0,
+                client: node,
+                size: 16,
+                url: format!("http://{host}/lab-prewarm/n{node}/0?size=16"),
+            })
+        })
+        .collect()
+}
+
+fn simulate(spec: &SimSpec, requests: &[Request]) -> Results {
+    let trace = Trace::new(requests, 0, spec.net.origin_servers);
+    let stop = AtomicBool::new(false);
+    let mut progress = |_| {};
+    meshcache_sim::run(
+        spec,
+        &trace,
+        Control {
+            stop: &stop,
+            progress: &mut progress,
+        },
+    )
+    .expect("simulates")
+}
+
+/// Per node: (local, sibling, parent hits), and all datagrams sent.
+#[derive(Debug, PartialEq)]
+struct Figures {
+    hits: Vec<(u64, u64, u64)>,
+    datagrams: u64,
+}
+
+/// The simulation of a lab run: 4 siblings with the lab's store, an instantaneous network,
+/// the lab's pre-warm round replayed first and not measured, then the trace in `mode`.
+fn simulated(protocol: Protocol, mode: Replay, requests: &[Request]) -> Results {
+    let mut spec = SimSpec::default();
+    spec.mesh.caches = 4;
+    spec.mesh.cache_size.0 = 64 << 20;
+    spec.protocol.name = protocol;
+    spec.net = NetSpec::instant();
+    spec.replay.mode = mode;
+    let mut all = prewarm(requests, 4);
+    spec.replay.warmup = all.len() as u64;
+    all.extend_from_slice(requests);
+    // The URLs as the lab sends them: with its origins' port (CARP hashes the whole URL).
+    for r in &mut all {
+        let host = meshcache_sim::trace::host_of(&r.url).to_owned();
+        r.url = r.url.replacen(&host, &format!("{host}:{LAB_ORIGIN_PORT}"), 1);
+    }
+    simulate(&spec, &all)
+}
+
+fn sim_figures(r: &Results) -> Figures {
+    Figures {
+        hits: r
+            .nodes
+            .iter()
+            .map(|n| (n.local_hits, n.sibling_hits, n.parent_hits))
+            .collect(),
+        datagrams: r.traffic.datagrams(),
+    }
+}
+
+/// Runs the lab on `requests` with 4 meshcache siblings, one config per protocol.
+fn lab(requests: &[Request], protocols: &[Protocol], serial: bool, dir: &Path) -> serde_json::Value {
+    let trace = dir.join("t.trace");
+    let file = std::fs::File::create(&trace).expect("trace file");
+    meshcache_workload::trace::write(std::io::BufWriter::new(file), &[], requests)
+        .expect("writes the trace");
+    let mut exp = format!(
+        "name = \"sim-validation\"\nseed = 1\nproducts = [\"meshcache\"]\n\
+         origin_port = {LAB_ORIGIN_PORT}\n\
+         [workload]\ntrace = \"t.trace\"\n\
+         [origins]\ncache_control = \"max-age=86400\"\n\
+         [nodes]\nmemory = \"64 MiB\"\n\
+         [clients]\nserial = {serial}\n"
+    );
+    for (i, p) in protocols.iter().enumerate() {
+        exp += &format!(
+            "[[config]]\nname = \"{0}\"\ntopology = \"4.0\"\nprotocol = \"{0}\"\nbaseline = {1}\n",
+            p.as_str(),
+            i == 0
+        );
+    }
+    std::fs::write(dir.join("exp.toml"), exp).expect("experiment file");
+    let out = Command::new(bin())
+        .args(["lab", "run"])
+        .arg(dir.join("exp.toml"))
+        .arg("--out")
+        .arg(dir.join("out"))
+        .arg("--quiet")
+        .output()
+        .expect("meshcache runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(dir.join("out/results.json")).expect("results.json");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+fn lab_config<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    r["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no config {name} in {r:#}"))
+}
+
+fn lab_figures(config: &serde_json::Value) -> Figures {
+    let nodes = config["nodes"].as_array().expect("nodes");
+    let u = |v: &serde_json::Value| v.as_u64().expect("a count");
+    Figures {
+        hits: nodes
+            .iter()
+            .map(|n| (u(&n["local_hits"]), u(&n["sibling_hits"]), u(&n["parent_hits"])))
+            .collect(),
+        datagrams: nodes.iter().map(|n| u(&n["udp_sent"])).sum(),
+    }
+}
+
+#[test]
+fn serial_lab_run_and_simulator_agree_exactly() {
+    let requests = workload();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let protocols = [Protocol::None, Protocol::Icp, Protocol::Carp];
+    let r = lab(&requests, &protocols, true, dir.path());
+    for p in protocols {
+        let live = lab_figures(lab_config(&r, p.as_str()));
+        let sim = sim_figures(&simulated(p, Replay::Serial, &requests));
+        assert_eq!(sim, live, "{}: simulator (left) vs lab (right)", p.as_str());
+        let remote: u64 = live.hits.iter().map(|h| h.1).sum();
+        if p != Protocol::None {
+            assert!(remote > 0, "{}: the workload has remote hits", p.as_str());
+        }
+    }
+}
+
+#[test]
+fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
+    let requests = workload();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let protocols = [Protocol::None, Protocol::Icp];
+    let r = lab(&requests, &protocols, false, dir.path());
+    for p in protocols {
+        let c = lab_config(&r, p.as_str());
+        let nodes = c["nodes"].as_array().expect("nodes");
+        let sum = |k: &str| nodes.iter().map(|n| n[k].as_u64().unwrap_or(0)).sum::<u64>();
+        let requests_done = sum("client_requests");
+        let live = (sum("local_hits") + sum("sibling_hits") + sum("parent_hits")) as f64
+            / requests_done as f64;
+        let sim = simulated(p, Replay::Closed, &requests).hit_ratio;
+        assert!(
+            (live - sim).abs() <= 0.02,
+            "{}: hit ratio simulated {sim:.4} vs live {live:.4}",
+            p.as_str()
+        );
+    }
+}
+
+#[test]
+fn sim_commands_name_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "# meshcache trace v1\n0 1 100 http://a/x\n0 x 5 http://a/y\n")
+        .expect("writes");
+    let run = |args: &[&str]| {
+        let out = Command::new(bin()).arg("sim").args(args).output().expect("runs");
+        assert!(!out.status.success(), "{args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let trace = bad.to_str().expect("path");
+    assert!(run(&["run", "--trace", trace]).contains("line 3"), "names the line");
+    let good = dir.path().join("good.trace");
+    std::fs::write(&good, "# meshcache trace v1\n0 1 100 http://a/x\n").expect("writes");
+    let good = good.to_str().expect("path");
+    let e = run(&["run", "--trace", good, "--set", "mesh.caches=0"]);
+    assert!(e.contains("mesh.caches: at least one cache"), "{e}");
+    let e = run(&["run", "--trace", good, "--set", "mesh.cashes=4"]);
+    assert!(e.contains("unknown field `cashes`"), "{e}");
+    let e = run(&["run", "--trace", good, "--set", "protocol.name=gossip"]);
+    assert!(e.contains("gossip"), "{e}");
+}
+
+#[test]
+fn sweep_writes_results_and_graphs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("t.trace");
+    let file = std::fs::File::create(&trace).expect("trace file");
+    meshcache_workload::trace::write(std::io::BufWriter::new(file), &[], &workload())
+        .expect("writes");
+    let out = dir.path().join("sweep");
+    let status = Command::new(bin())
+        .args(["sim", "sweep", "--trace"])
+        .arg(&trace)
+        .args(["--param", "mesh.caches", "--values", "2,4,8", "--protocols", "none,icp"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("json"))
+            .expect("JSON");
+    let points = results["points"].as_array().expect("points");
+    assert_eq!(points.len(), 6);
+    for m in ["hit-ratio", "messages", "latency", "load"] {
+        let svg = std::fs::read_to_string(out.join(format!("{m}.svg"))).expect("svg");
+        assert!(svg.contains("icp") && svg.contains("none"), "{m}.svg names both curves");
+        assert!(out.join(format!("{m}.png")).is_file());
+    }
+    // More caches, more ICP messages per request; none sends none.
+    let msgs = |proto: &str, caches: &str| {
+        points
+            .iter()
+            .find(|p| p["protocol"] == proto && p["value"] == caches)
+            .map(|p| p["results"]["datagrams_per_request"].as_f64().expect("number"))
+            .expect("point")
+    };
+    assert!(msgs("icp", "8") > msgs("icp", "2"));
+    assert_eq!(msgs("none", "8"), 0.0);
+}
