@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The simulator's speed, measured against libCacheSim in the same run.
 #
-#   scripts/bench-sim.sh [--rounds N] [--out DIR] [--no-build]
+#   scripts/bench-sim.sh [--rounds N] [--out DIR] [--no-build] [--single-only]
 #
 # 1. Single-cache LRU replay: the same 2-million-request trace (the Summary Cache benchmark
 #    model, 1,000 clients) through `meshcache sim run` (one cache, serial replay) and through
@@ -20,12 +20,14 @@ set -euo pipefail
 rounds=3
 out=target/bench-sim
 build=1
+icp=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --rounds) rounds="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
-        *) echo "usage: $0 [--rounds N] [--out DIR] [--no-build]" >&2; exit 2 ;;
+        --single-only) icp=0; shift ;;
+        *) echo "usage: $0 [--rounds N] [--out DIR] [--no-build] [--single-only]" >&2; exit 2 ;;
     esac
 done
 cd "$(dirname "$0")/.."
@@ -105,6 +107,7 @@ ratio = statistics.median(r["requests_per_second"] for r in by["meshcache"]) / s
 print(f"meshcache / libCacheSim: {ratio:.2f}x")
 EOF
 
+[ "$icp" = 1 ] || exit 0
 icp_trace="$out/benchmark-1m.trace"
 if [ ! -s "$icp_trace" ]; then
     $bin workload generate --clients 1000 --requests-per-client 1000 --groups 100 --shared 0.3 \

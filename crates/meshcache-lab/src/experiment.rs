@@ -245,6 +245,10 @@ pub struct Clients {
     /// exactly.
     #[serde(default)]
     pub serial: bool,
+    /// Serial replay: the pause after each answer before the next request, so that the nodes'
+    /// periodic work (summary and directory upkeep) runs between requests.
+    #[serde(default, with = "humantime_serde")]
+    pub serial_gap: Option<Duration>,
 }
 
 impl Default for Clients {
@@ -257,6 +261,7 @@ impl Default for Clients {
             deadline: default_deadline(),
             cpus: String::new(),
             serial: false,
+            serial_gap: None,
         }
     }
 }

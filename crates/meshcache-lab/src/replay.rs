@@ -142,6 +142,9 @@ pub async fn serial(
 ) -> Vec<JobOutcome> {
     let mut outcomes: Vec<JobOutcome> = jobs.iter().map(|_| merge(&[])).collect();
     for (done, (j, request)) in order.iter().enumerate() {
+        if let Some(gap) = exp.clients.serial_gap {
+            tokio::time::sleep(gap).await;
+        }
         let one = NodeJob {
             streams: vec![vec![request.clone()]],
             ..jobs[*j].clone()

@@ -76,7 +76,7 @@ pub(crate) struct Job {
 /// Something that happens at a virtual time.
 #[derive(Debug)]
 pub(crate) enum Ev {
-    /// Timed replay: trace request `req` is issued.
+    /// Trace request `req` is issued (timed replay, and serial replay with a gap).
     Issue { req: u32 },
     /// A job's request reaches its node.
     Arrive { job: u32 },
@@ -123,6 +123,48 @@ pub(crate) enum Payload {
     Proto(crate::proto::Msg),
 }
 
+/// A link (a node's interface, or the shared network) that serializes what crosses it.
+///
+/// A message that fits in one packet does not wait behind bulk transfers already queued: on a
+/// real link it is interleaved with them packet by packet, so it waits about one packet time
+/// per competing transfer rather than for whole objects and summaries. It still takes its
+/// share of the link, delaying the bulk behind it. Larger messages queue first come, first
+/// served.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Link {
+    /// When the bulk queue is next empty.
+    bulk_free: u64,
+    /// When the small-message queue is next empty.
+    small_free: u64,
+}
+
+/// The largest message that travels as one packet.
+const PACKET: u64 = 1500;
+
+impl Link {
+    /// `bytes` enter the link at `t` (at `bits_per_s`; 0: instantaneous): when they are out.
+    pub(crate) fn pass(&mut self, t: u64, bytes: u64, bits_per_s: u64) -> u64 {
+        if bits_per_s == 0 {
+            return t;
+        }
+        let tx = wire(bytes, bits_per_s);
+        if bytes <= PACKET {
+            let done = t.max(self.small_free) + tx;
+            self.small_free = done;
+            self.bulk_free = if self.bulk_free > t {
+                self.bulk_free + tx
+            } else {
+                done
+            };
+            done
+        } else {
+            let done = t.max(self.bulk_free).max(self.small_free) + tx;
+            self.bulk_free = done;
+            done
+        }
+    }
+}
+
 /// Reports progress and honours interruption.
 pub struct Control<'a> {
     /// Set to stop the run early; what was measured so far is reported.
@@ -167,7 +209,8 @@ pub struct Sim<'a> {
     /// When the last client got its answer: the end of the simulated time (deadlines of
     /// searches decided long before may still be pending after it, and do not count).
     last_answer: u64,
-    net_free: u64,
+    /// The shared network between proxies.
+    net: Link,
     origin_free: Vec<u64>,
     classified: Classified,
     pub(crate) traffic: Traffic,
@@ -225,7 +268,7 @@ impl<'a> Sim<'a> {
             warming: spec.replay.warmup > 0 && !trace.requests.is_empty(),
             measure_from: 0,
             last_answer: 0,
-            net_free: 0,
+            net: Link::default(),
             origin_free: vec![0; spec.net.origin_servers as usize],
             classified: Classified::default(),
             traffic: Traffic::default(),
@@ -345,17 +388,10 @@ impl<'a> Sim<'a> {
     /// Sends `bytes` from proxy `from` to proxy `to` at `t`: when they have all arrived.
     fn between(&mut self, from: NodeIx, t: u64, bytes: u64) -> u64 {
         let net = &self.spec.net;
-        let n = &mut self.nodes[from as usize];
-        let start = t.max(n.nic_free);
-        n.nic_free = start + wire(bytes, net.proxy_bandwidth);
-        let sent = n.nic_free;
-        let crossed = if net.network_bandwidth == 0 {
-            sent
-        } else {
-            let start = sent.max(self.net_free);
-            self.net_free = start + wire(bytes, net.network_bandwidth);
-            self.net_free
-        };
+        let sent = self.nodes[from as usize]
+            .nic
+            .pass(t, bytes, net.proxy_bandwidth);
+        let crossed = self.net.pass(sent, bytes, net.network_bandwidth);
         crossed + ns(net.latency)
     }
 
@@ -416,9 +452,17 @@ impl<'a> Sim<'a> {
         if self.next_req < end {
             let r = self.next_req as u32;
             self.next_req += 1;
-            self.now = self.now.max(self.trace.requests[r as usize].time_ns);
             self.waiting_serial = false;
-            self.issue(r);
+            let gap = ns(self.spec.replay.serial_gap);
+            let t = self.trace.requests[r as usize].time_ns;
+            if gap == 0 {
+                self.now = self.now.max(t);
+                self.issue(r);
+            } else {
+                // A pause after the mesh went quiet, in which timers run (summary and
+                // directory upkeep), as between two requests of a paced live run.
+                self.schedule(t.max(self.now + gap), Ev::Issue { req: r });
+            }
         }
     }
 
@@ -467,7 +511,9 @@ impl<'a> Sim<'a> {
         match ev {
             Ev::Issue { req } => {
                 self.issue(req);
-                self.schedule_next_issue();
+                if !self.warming && self.spec.replay.mode == Replay::Timed {
+                    self.schedule_next_issue();
+                }
             }
             Ev::Arrive { job } => self.arrive(job),
             Ev::Datagram { to, from, payload } => self.datagram(to, from, payload),
@@ -940,4 +986,28 @@ impl<'a> Sim<'a> {
 /// Whether the engine can run `spec`.
 pub fn check(spec: &SimSpec) -> Result<(), String> {
     crate::proto::check(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_messages_do_not_wait_behind_bulk() {
+        // 8 Mb/s: a byte takes 1 µs.
+        let mut link = Link::default();
+        let bulk = link.pass(0, 1_000_000, 8_000_000);
+        assert_eq!(bulk, 1_000_000_000, "a megabyte takes a second");
+        // A datagram sent just after waits for nothing but itself…
+        assert_eq!(link.pass(1_000, 100, 8_000_000), 101_000);
+        // …and pushes the bulk behind it back by its own time.
+        assert_eq!(link.pass(2_000, 10_000, 8_000_000), 1_000_100_000 + 10_000_000);
+        // Small messages queue among themselves.
+        let mut link = Link::default();
+        assert_eq!(link.pass(0, 1_000, 8_000_000), 1_000_000);
+        assert_eq!(link.pass(0, 1_000, 8_000_000), 2_000_000);
+        // Bulk waits for the small messages queued before it; nothing is free of charge.
+        assert_eq!(link.pass(0, 2_000, 8_000_000), 4_000_000);
+        assert_eq!(Link::default().pass(7, 1 << 30, 0), 7, "unlimited");
+    }
 }

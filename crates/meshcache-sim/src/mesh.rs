@@ -6,12 +6,12 @@
 //! peer tables see it) — ICP on port 3130, HTTP on 3128 — so the `meshcache-dcm` machines run
 //! unchanged, keyed by socket address as in the proxy.
 
-use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 
 use meshcache_dcm::{CarpRouter, IcpConfig, IcpMesh, PeerId, PeerSpec, Role};
 use meshcache_store::{MemoryStore, StoreConfig, Weigh};
+use rustc_hash::{FxBuildHasher, FxHashMap};
 
 use crate::spec::{Protocol, SimSpec};
 
@@ -27,6 +27,10 @@ impl Weigh for Body {
         self.0
     }
 }
+
+/// A node's store. Keys are hashed with FxHash rather than the proxy's keyed SipHash: they
+/// are MD5 digests of a trace's URLs, which nobody picks against the table.
+pub type Store = MemoryStore<Body, FxBuildHasher>;
 
 /// The node's ICP address.
 pub fn icp_addr(node: NodeIx) -> SocketAddr {
@@ -112,7 +116,7 @@ pub struct Node {
     /// Leaf or parent.
     pub is_parent: bool,
     /// The store, with the configured size and policy.
-    pub store: MemoryStore<Body>,
+    pub store: Store,
     /// The peer table and ICP searches (every protocol keeps its peer table here, as the
     /// proxy does).
     pub mesh: IcpMesh,
@@ -121,13 +125,13 @@ pub struct Node {
     /// CARP protocol: the router.
     pub carp: Option<CarpRouter>,
     /// Searches in flight: request number → job.
-    pub searches: HashMap<u32, u32>,
+    pub searches: FxHashMap<u32, u32>,
     /// Collapsed forwarding: object → the jobs waiting for its fetch (the first is the leader).
-    pub fetching: HashMap<u32, Vec<u32>>,
+    pub fetching: FxHashMap<u32, Vec<u32>>,
     /// When its CPU is next free (ns of virtual time).
     pub cpu_free: u64,
-    /// When its interface is next free.
-    pub nic_free: u64,
+    /// Its interface.
+    pub(crate) nic: crate::engine::Link,
     /// Counters.
     pub stats: NodeStats,
 }
@@ -182,18 +186,21 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
             let size = if is_parent { m.parent_size } else { m.cache_size };
             Node {
                 is_parent,
-                store: MemoryStore::new(StoreConfig {
-                    capacity: size.as_u64(),
-                    max_object_size: m.max_object_size.as_u64(),
-                    replacement: m.replacement,
-                }),
+                store: MemoryStore::with_hasher(
+                    StoreConfig {
+                        capacity: size.as_u64(),
+                        max_object_size: m.max_object_size.as_u64(),
+                        replacement: m.replacement,
+                    },
+                    FxBuildHasher,
+                ),
                 mesh: IcpMesh::new(specs, icp_config.clone()),
                 peer_nodes,
                 carp,
-                searches: HashMap::new(),
-                fetching: HashMap::new(),
+                searches: FxHashMap::default(),
+                fetching: FxHashMap::default(),
                 cpu_free: 0,
-                nic_free: 0,
+                nic: crate::engine::Link::default(),
                 stats: NodeStats::default(),
             }
         })

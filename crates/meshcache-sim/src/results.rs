@@ -69,8 +69,10 @@ pub enum Kind {
     /// HTTP requests between caches (their responses' bytes are added with
     /// [`Traffic::peer_response`]).
     PeerHttp,
-    /// Summary Cache delta updates (and full-array transfers).
+    /// Summary Cache delta updates (datagrams).
     Summary,
+    /// Whole Summary Cache arrays fetched (one HTTP exchange each; the bytes are the array's).
+    SummaryFetch,
     /// Cache Digest fetches (one HTTP exchange each; the bytes are the digest's).
     Digest,
     /// Directory datagrams (lookups, answers, add/delete updates).
@@ -92,10 +94,14 @@ pub struct Traffic {
     pub peer_http: u64,
     /// Bytes of those requests' headers and of their responses.
     pub peer_http_bytes: u64,
-    /// Summary Cache update messages.
+    /// Summary Cache update datagrams.
     pub summary_messages: u64,
     /// Their bytes.
     pub summary_bytes: u64,
+    /// Whole Summary Cache arrays fetched.
+    pub summary_fetches: u64,
+    /// Their bytes.
+    pub summary_fetch_bytes: u64,
     /// Cache Digest fetches.
     pub digest_fetches: u64,
     /// Their bytes.
@@ -130,6 +136,10 @@ impl Traffic {
                 self.summary_messages += 1;
                 self.summary_bytes += bytes;
             }
+            Kind::SummaryFetch => {
+                self.summary_fetches += 1;
+                self.summary_fetch_bytes += bytes;
+            }
             Kind::Digest => {
                 self.digest_fetches += 1;
                 self.digest_bytes += bytes;
@@ -150,25 +160,31 @@ impl Traffic {
         self.peer_http_bytes += bytes;
     }
 
-    /// Protocol messages of every kind: datagrams (ICP, summary updates, directory,
-    /// multicast) and digest fetches — the inter-cache messages the Summary Cache paper
-    /// counts. HTTP requests for objects are counted apart ([`Traffic::peer_http`]).
+    /// Protocol datagrams: ICP queries and replies, summary updates, directory and multicast
+    /// messages (what a node's `udp_sent` counts in the lab).
     pub fn datagrams(&self) -> u64 {
         self.icp_queries
             + self.icp_replies
             + self.summary_messages
-            + self.digest_fetches
             + self.directory_messages
             + self.multicast_messages
     }
 
-    /// Bytes of those messages.
+    /// Bytes of those datagrams (payload, without IP and UDP headers).
     pub fn datagram_bytes(&self) -> u64 {
-        self.icp_bytes
-            + self.summary_bytes
-            + self.digest_bytes
-            + self.directory_bytes
-            + self.multicast_bytes
+        self.icp_bytes + self.summary_bytes + self.directory_bytes + self.multicast_bytes
+    }
+
+    /// Inter-cache protocol messages of every kind: the datagrams and the whole summaries and
+    /// digests fetched over HTTP. HTTP requests for objects are counted apart
+    /// ([`Traffic::peer_http`]).
+    pub fn messages(&self) -> u64 {
+        self.datagrams() + self.summary_fetches + self.digest_fetches
+    }
+
+    /// Bytes of those messages.
+    pub fn message_bytes(&self) -> u64 {
+        self.datagram_bytes() + self.summary_fetch_bytes + self.digest_bytes
     }
 }
 
@@ -243,10 +259,15 @@ pub struct Results {
     pub byte_hit_ratio: f64,
     /// Inter-cache messages.
     pub traffic: Traffic,
-    /// Protocol messages (see [`Traffic::datagrams`]) per request answered.
+    /// Protocol datagrams (see [`Traffic::datagrams`]) per request answered.
     pub datagrams_per_request: f64,
-    /// Protocol message bytes per request.
+    /// Protocol datagram bytes per request.
     pub datagram_bytes_per_request: f64,
+    /// Protocol messages, datagrams and whole summaries or digests fetched (see
+    /// [`Traffic::messages`]), per request answered.
+    pub messages_per_request: f64,
+    /// Their bytes per request.
+    pub message_bytes_per_request: f64,
     /// HTTP requests between caches per request.
     pub peer_http_per_request: f64,
     /// Client latency.
@@ -391,6 +412,8 @@ pub fn build(
         byte_hit_ratio: ratio(answered.hit_bytes, answered.bytes),
         datagrams_per_request: ratio(traffic.datagrams(), n),
         datagram_bytes_per_request: ratio(traffic.datagram_bytes(), n),
+        messages_per_request: ratio(traffic.messages(), n),
+        message_bytes_per_request: ratio(traffic.message_bytes(), n),
         peer_http_per_request: ratio(traffic.peer_http, n),
         answered,
         traffic,

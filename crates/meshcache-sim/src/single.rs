@@ -7,13 +7,14 @@
 //! cache-replacement study needs, to compare with single-cache simulators on the same trace.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use meshcache_store::StoreEvent;
 
 use crate::engine::{ns, wire, Control};
-use crate::mesh::{self, Node};
+use crate::mesh::{self, Body, Node};
 use crate::results::{self, Classified, Outcome, Results, Traffic};
 use crate::spec::{Replay, SimSpec};
 use crate::trace::Trace;
@@ -40,6 +41,9 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
     let mut latency = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
     let mut now: u64 = 0;
     let mut interrupted = false;
+    // One body per object, shared by its copies in the store over time (no allocation per
+    // miss); a request whose size differs from the body's gets a body of its own.
+    let mut bodies: Vec<Option<Arc<Body>>> = vec![None; trace.objects.len()];
     for (i, r) in trace.requests.iter().enumerate() {
         if i % 65_536 == 65_535 {
             (control.progress)(classified.requests);
@@ -63,7 +67,15 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
             node.stats.cpu_ns += body_cpu;
             elapsed += 2 * origin_latency + wire(r.size + hdr, net.origin_bandwidth) + body_cpu;
             if obj.cacheable {
-                if let Ok(events) = node.store.insert(obj.key, mesh::body(r.size)) {
+                let body = match &bodies[r.obj as usize] {
+                    Some(b) if b.0 == r.size => Arc::clone(b),
+                    _ => {
+                        let b = mesh::body(r.size);
+                        bodies[r.obj as usize] = Some(Arc::clone(&b));
+                        b
+                    }
+                };
+                if let Ok(events) = node.store.insert(obj.key, body) {
                     node.stats.evictions += events
                         .iter()
                         .filter(|e| matches!(e, StoreEvent::Evicted { .. }))

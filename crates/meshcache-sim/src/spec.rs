@@ -348,6 +348,10 @@ pub struct ReplaySpec {
     /// The first `warmup` requests of the trace are replayed one at a time and not measured
     /// (every counter starts after them), as a lab run's pre-warm round is.
     pub warmup: u64,
+    /// Serial replay (and the warm-up): the pause between the mesh going quiet and the next
+    /// request, in which the protocols' timers run — the lab's `[clients] serial_gap`.
+    #[serde(with = "humantime_serde")]
+    pub serial_gap: Duration,
 }
 
 impl Default for ReplaySpec {
@@ -357,6 +361,7 @@ impl Default for ReplaySpec {
             limit: 0,
             outstanding: 1,
             warmup: 0,
+            serial_gap: Duration::ZERO,
         }
     }
 }

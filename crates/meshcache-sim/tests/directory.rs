@@ -305,7 +305,7 @@ fn scaling(
                 n,
                 r.latency_ms.mean,
                 r.latency_ms.p90,
-                r.datagrams_per_request,
+                r.messages_per_request,
                 r.hit_ratio,
                 r.remote_hit_ratio,
             );

@@ -83,7 +83,7 @@ fn summary_queries_only_the_holder_and_nobody_for_a_new_url() {
         (s.update_rounds, s.updates_sent, s.updates_received),
         (3, 9, 9)
     );
-    assert_eq!(r.traffic.summary_messages, 12 + 9);
+    assert_eq!((r.traffic.summary_messages, r.traffic.summary_fetches), (9, 12));
     assert_eq!((s.summary_hits, s.false_hits, s.gaps), (1, 0, 0));
     // c1 looks `a` up in three summaries, c2 `b` in three; c0's first miss came before any
     // array had arrived (a peer with no summary is no lookup).
@@ -177,7 +177,7 @@ fn summary_keeps_icps_hit_ratio_for_a_tenth_of_its_messages() {
     let sc = run(&mesh(8, ByteSize::mib(16), Protocol::Summary), &trace);
     println!(
         "8 caches: hit ratio icp {:.4} summary {:.4}; messages/request icp {:.3} summary {:.3}",
-        icp.hit_ratio, sc.hit_ratio, icp.datagrams_per_request, sc.datagrams_per_request
+        icp.hit_ratio, sc.hit_ratio, icp.messages_per_request, sc.messages_per_request
     );
     assert!(icp.answered.sibling_hits > 0 && sc.answered.sibling_hits > 0);
     assert!(
@@ -187,10 +187,10 @@ fn summary_keeps_icps_hit_ratio_for_a_tenth_of_its_messages() {
         sc.hit_ratio
     );
     assert!(
-        sc.datagrams_per_request < icp.datagrams_per_request / 10.0,
+        sc.messages_per_request < icp.messages_per_request / 10.0,
         "{} vs {}",
-        sc.datagrams_per_request,
-        icp.datagrams_per_request
+        sc.messages_per_request,
+        icp.messages_per_request
     );
 }
 
@@ -206,8 +206,8 @@ fn summary_overhead_without_remote_hits_is_tiny() {
     let s = summary(&sc);
     println!(
         "table 2: messages/request icp {:.3} summary {:.4} ({} updates, {} full arrays, {} queries)",
-        icp.datagrams_per_request,
-        sc.datagrams_per_request,
+        icp.messages_per_request,
+        sc.messages_per_request,
         s.updates_sent,
         s.full_fetches,
         sc.traffic.icp_queries
@@ -219,11 +219,11 @@ fn summary_overhead_without_remote_hits_is_tiny() {
         "every query a false hit"
     );
     assert!(
-        sc.datagrams_per_request < 0.06,
+        sc.messages_per_request < 0.06,
         "{}",
-        sc.datagrams_per_request
+        sc.messages_per_request
     );
-    assert!(icp.datagrams_per_request > 50.0 * sc.datagrams_per_request);
+    assert!(icp.messages_per_request > 50.0 * sc.messages_per_request);
 }
 
 /// What a run at many caches sent, per request: every protocol message; the deltas alone;
@@ -233,7 +233,7 @@ fn per_request(r: &Results, caches: u32) -> (f64, f64, f64) {
     let s = summary(r);
     let n = r.answered.requests as f64;
     let paper = (s.update_rounds * u64::from(caches - 1) + s.false_hits) as f64 / n;
-    (r.datagrams_per_request, s.updates_sent as f64 / n, paper)
+    (r.messages_per_request, s.updates_sent as f64 / n, paper)
 }
 
 fn hundred_caches(clients: u32, per_client: u32) {
@@ -249,7 +249,7 @@ fn hundred_caches(clients: u32, per_client: u32) {
         sc.answered.requests,
         icp.hit_ratio,
         sc.hit_ratio,
-        icp.datagrams_per_request,
+        icp.messages_per_request,
         sc.traffic.icp_queries as f64 / sc.answered.requests as f64,
         s.full_fetches as f64 / sc.answered.requests as f64,
         s.false_hits,
@@ -258,7 +258,7 @@ fn hundred_caches(clients: u32, per_client: u32) {
         s.observed_fp_rate.unwrap_or(0.0),
     );
     assert!((icp.hit_ratio - sc.hit_ratio).abs() < 0.02);
-    assert!(sc.datagrams_per_request < icp.datagrams_per_request / 10.0);
+    assert!(sc.messages_per_request < icp.messages_per_request / 10.0);
 }
 
 /// 100 caches, 10,000 requests (always run; the first fetches of 9,900 empty arrays weigh a

@@ -1,6 +1,8 @@
 //! The byte-budgeted in-memory store.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::fmt;
 use std::sync::Arc;
 
@@ -68,8 +70,13 @@ const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
 /// through a `HashMap<StoreKey, u32>` from key to slot; the policy keeps its
 /// own per-slot bookkeeping. Nothing here is thread-safe or time-aware on its
 /// own: wrap it in a mutex and pass times in.
-pub struct MemoryStore<V> {
-    index: HashMap<StoreKey, u32>,
+///
+/// `S` hashes keys in the index: by default the standard library's keyed
+/// SipHash, because a proxy's keys come from its clients' URLs. A simulator
+/// replaying a trace, where nobody chooses keys against the table, may take a
+/// cheaper one.
+pub struct MemoryStore<V, S = RandomState> {
+    index: HashMap<StoreKey, u32, S>,
     slots: Vec<Option<Entry<V>>>,
     /// Vacant slots, reused before the slab grows.
     free: Vec<u32>,
@@ -80,7 +87,7 @@ pub struct MemoryStore<V> {
     max_entries: usize,
 }
 
-impl<V> fmt::Debug for MemoryStore<V> {
+impl<V, S> fmt::Debug for MemoryStore<V, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
             .field("len", &self.index.len())
@@ -95,12 +102,19 @@ impl<V> fmt::Debug for MemoryStore<V> {
 impl<V: Weigh> MemoryStore<V> {
     /// An empty store.
     pub fn new(config: StoreConfig) -> Self {
-        Self::with_max_entries(config, MAX_ENTRIES)
+        Self::with_hasher(config, RandomState::new())
+    }
+}
+
+impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
+    /// An empty store whose index hashes keys with `hasher`.
+    pub fn with_hasher(config: StoreConfig, hasher: S) -> Self {
+        Self::with_max_entries(config, MAX_ENTRIES, hasher)
     }
 
-    fn with_max_entries(config: StoreConfig, max_entries: usize) -> Self {
+    fn with_max_entries(config: StoreConfig, max_entries: usize, hasher: S) -> Self {
         MemoryStore {
-            index: HashMap::new(),
+            index: HashMap::with_hasher(hasher),
             slots: Vec::new(),
             free: Vec::new(),
             policy: AnyPolicy::new(config.replacement),
@@ -314,7 +328,7 @@ impl<V: Weigh> MemoryStore<V> {
     /// A store that holds at most `max_entries` entries (to exercise the
     /// entry-count limit without four billion objects).
     pub(crate) fn with_entry_limit(config: StoreConfig, max_entries: usize) -> Self {
-        Self::with_max_entries(config, max_entries)
+        Self::with_max_entries(config, max_entries, RandomState::new())
     }
 
     /// Panic unless index, slab, free list, byte count and policy agree.

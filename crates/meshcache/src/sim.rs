@@ -273,8 +273,11 @@ pub(crate) fn summary(r: &Results) -> String {
     );
     let _ = writeln!(
         s,
-        "inter-cache: {:.3} datagrams/request ({:.1} bytes), {:.3} peer HTTP requests/request",
-        r.datagrams_per_request, r.datagram_bytes_per_request, r.peer_http_per_request
+        "inter-cache: {:.4} protocol messages/request ({:.1} bytes; {:.4} datagrams), {:.3} peer HTTP requests/request",
+        r.messages_per_request,
+        r.message_bytes_per_request,
+        r.datagrams_per_request,
+        r.peer_http_per_request
     );
     let l = &r.latency_ms;
     let _ = writeln!(

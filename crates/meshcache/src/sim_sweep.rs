@@ -56,13 +56,13 @@ const MEASURES: [Measure; 6] = [
         file: "messages",
         title: "Inter-cache messages per request",
         y_label: "protocol messages per request",
-        get: |r| r.datagrams_per_request,
+        get: |r| r.messages_per_request,
     },
     Measure {
         file: "message-bytes",
         title: "Inter-cache protocol bytes per request",
         y_label: "bytes per request",
-        get: |r| r.datagram_bytes_per_request,
+        get: |r| r.message_bytes_per_request,
     },
     Measure {
         file: "latency",
@@ -114,7 +114,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
             "{label}{}: hit ratio {:.2} %, {:.3} messages/request, latency {:.2} ms, {:.0} requests/s",
             protocol.as_str(),
             100.0 * results.hit_ratio,
-            results.datagrams_per_request,
+            results.messages_per_request,
             results.latency_ms.mean,
             results.requests_per_second
         );
@@ -158,8 +158,8 @@ fn table(sweep: &Sweep<'_>) -> String {
             p.protocol.as_str(),
             100.0 * r.hit_ratio,
             100.0 * r.remote_hit_ratio,
-            r.datagrams_per_request,
-            r.datagram_bytes_per_request,
+            r.messages_per_request,
+            r.message_bytes_per_request,
             r.latency_ms.mean,
             r.latency_ms.p99,
             100.0 * r.max_cpu_utilisation,

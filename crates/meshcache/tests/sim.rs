@@ -20,12 +20,12 @@ fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_meshcache")
 }
 
-/// A small workload with remote hits: 12 clients over 4 caches, a third of new URLs from a
+/// A small workload with remote hits: `clients` over 4 caches, a third of new URLs from a
 /// pool every group draws from, objects of 1–32 KiB.
-fn workload() -> Vec<Request> {
+fn workload(clients: u32, requests_per_client: u32) -> Vec<Request> {
     let spec = WorkloadSpec::Benchmark(Benchmark {
-        clients: 12,
-        requests_per_client: 40,
+        clients,
+        requests_per_client,
         groups: 4,
         disjoint: false,
         shared: 0.35,
@@ -73,6 +73,27 @@ fn simulate(spec: &SimSpec, requests: &[Request]) -> Results {
     .expect("simulates")
 }
 
+/// What a lab run and its simulation share besides the trace.
+#[derive(Clone, Copy)]
+struct Setup {
+    /// Each node's store.
+    memory_mib: u64,
+    /// Serial replay: the pause before each request.
+    gap_ms: u64,
+}
+
+const PLAIN: Setup = Setup {
+    memory_mib: 64,
+    gap_ms: 0,
+};
+
+/// Small stores and pauses longer than the proxy's 250 ms summary tick and 10 ms directory
+/// drain, so that upkeep happens between requests in both worlds.
+const PACED: Setup = Setup {
+    memory_mib: 4,
+    gap_ms: 300,
+};
+
 /// Per node: (local, sibling, parent hits), and all datagrams sent.
 #[derive(Debug, PartialEq)]
 struct Figures {
@@ -82,10 +103,11 @@ struct Figures {
 
 /// The simulation of a lab run: 4 siblings with the lab's store, an instantaneous network,
 /// the lab's pre-warm round replayed first and not measured, then the trace in `mode`.
-fn simulated(protocol: Protocol, mode: Replay, requests: &[Request]) -> Results {
+fn simulated(protocol: Protocol, mode: Replay, requests: &[Request], setup: Setup) -> Results {
     let mut spec = SimSpec::default();
     spec.mesh.caches = 4;
-    spec.mesh.cache_size.0 = 64 << 20;
+    spec.mesh.cache_size.0 = setup.memory_mib << 20;
+    spec.replay.serial_gap = std::time::Duration::from_millis(setup.gap_ms);
     spec.protocol.name = protocol;
     spec.net = NetSpec::instant();
     spec.replay.mode = mode;
@@ -112,7 +134,13 @@ fn sim_figures(r: &Results) -> Figures {
 }
 
 /// Runs the lab on `requests` with 4 meshcache siblings, one config per protocol.
-fn lab(requests: &[Request], protocols: &[Protocol], serial: bool, dir: &Path) -> serde_json::Value {
+fn lab(
+    requests: &[Request],
+    protocols: &[Protocol],
+    serial: bool,
+    setup: Setup,
+    dir: &Path,
+) -> serde_json::Value {
     let trace = dir.join("t.trace");
     let file = std::fs::File::create(&trace).expect("trace file");
     meshcache_workload::trace::write(std::io::BufWriter::new(file), &[], requests)
@@ -122,8 +150,10 @@ fn lab(requests: &[Request], protocols: &[Protocol], serial: bool, dir: &Path) -
          origin_port = {LAB_ORIGIN_PORT}\n\
          [workload]\ntrace = \"t.trace\"\n\
          [origins]\ncache_control = \"max-age=86400\"\n\
-         [nodes]\nmemory = \"64 MiB\"\n\
-         [clients]\nserial = {serial}\n"
+         [nodes]\nmemory = \"{} MiB\"\n\
+         [clients]\nserial = {serial}\nserial_gap = \"{}ms\"\n",
+        setup.memory_mib,
+        setup.gap_ms
     );
     for (i, p) in protocols.iter().enumerate() {
         exp += &format!(
@@ -173,27 +203,52 @@ fn lab_figures(config: &serde_json::Value) -> Figures {
 
 #[test]
 fn serial_lab_run_and_simulator_agree_exactly() {
-    let requests = workload();
+    agree_exactly(
+        &workload(12, 40),
+        &[Protocol::None, Protocol::Icp, Protocol::Carp],
+        PLAIN,
+    );
+}
+
+/// The multicast search, and the directory (whose upkeep runs on a timer), paced so that
+/// upkeep runs between requests. The directory's hits agree exactly; its datagrams have been
+/// seen to differ by one in about one run in two (a live timing we do not model: see
+/// docs/simulator.md), so they are allowed that. Summary Cache, paced the same way, does not
+/// agree exactly yet (docs/simulator.md says by how much).
+#[test]
+fn paced_serial_lab_run_and_simulator_agree_exactly() {
+    agree_exactly(
+        &workload(8, 12),
+        &[Protocol::Multicast, Protocol::Directory],
+        PACED,
+    );
+}
+
+fn agree_exactly(requests: &[Request], protocols: &[Protocol], setup: Setup) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let protocols = [Protocol::None, Protocol::Icp, Protocol::Carp];
-    let r = lab(&requests, &protocols, true, dir.path());
-    for p in protocols {
+    let r = lab(requests, protocols, true, setup, dir.path());
+    let mut differ = Vec::new();
+    for &p in protocols {
         let live = lab_figures(lab_config(&r, p.as_str()));
-        let sim = sim_figures(&simulated(p, Replay::Serial, &requests));
-        assert_eq!(sim, live, "{}: simulator (left) vs lab (right)", p.as_str());
+        let sim = sim_figures(&simulated(p, Replay::Serial, requests, setup));
         let remote: u64 = live.hits.iter().map(|h| h.1).sum();
         if p != Protocol::None {
             assert!(remote > 0, "{}: the workload has remote hits", p.as_str());
         }
+        let slack = if p == Protocol::Directory { 1 } else { 0 };
+        if sim.hits != live.hits || sim.datagrams.abs_diff(live.datagrams) > slack {
+            differ.push(format!("{}:\n  simulator {sim:?}\n  lab       {live:?}", p.as_str()));
+        }
     }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
 #[test]
 fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
-    let requests = workload();
+    let requests = workload(12, 40);
     let dir = tempfile::tempdir().expect("tempdir");
     let protocols = [Protocol::None, Protocol::Icp];
-    let r = lab(&requests, &protocols, false, dir.path());
+    let r = lab(&requests, &protocols, false, PLAIN, dir.path());
     for p in protocols {
         let c = lab_config(&r, p.as_str());
         let nodes = c["nodes"].as_array().expect("nodes");
@@ -201,7 +256,7 @@ fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
         let requests_done = sum("client_requests");
         let live = (sum("local_hits") + sum("sibling_hits") + sum("parent_hits")) as f64
             / requests_done as f64;
-        let sim = simulated(p, Replay::Closed, &requests).hit_ratio;
+        let sim = simulated(p, Replay::Closed, &requests, PLAIN).hit_ratio;
         assert!(
             (live - sim).abs() <= 0.02,
             "{}: hit ratio simulated {sim:.4} vs live {live:.4}",
@@ -239,7 +294,7 @@ fn sweep_writes_results_and_graphs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let trace = dir.path().join("t.trace");
     let file = std::fs::File::create(&trace).expect("trace file");
-    meshcache_workload::trace::write(std::io::BufWriter::new(file), &[], &workload())
+    meshcache_workload::trace::write(std::io::BufWriter::new(file), &[], &workload(12, 40))
         .expect("writes");
     let out = dir.path().join("sweep");
     let status = Command::new(bin())
@@ -266,7 +321,7 @@ fn sweep_writes_results_and_graphs() {
         points
             .iter()
             .find(|p| p["protocol"] == proto && p["value"] == caches)
-            .map(|p| p["results"]["datagrams_per_request"].as_f64().expect("number"))
+            .map(|p| p["results"]["messages_per_request"].as_f64().expect("number"))
             .expect("point")
     };
     assert!(msgs("icp", "8") > msgs("icp", "2"));

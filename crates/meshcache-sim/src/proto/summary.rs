@@ -523,8 +523,8 @@ fn serve(sim: &mut Sim<'_>, node: NodeIx, to: NodeIx, t: u64) {
             _ => (None, None, Kind::Digest),
         },
         _ => match wire::encode_full(&s.local.full_array()) {
-            Ok(body) => (Some(Body(body.into())), None, Kind::Summary),
-            Err(_) => (None, None, Kind::Summary),
+            Ok(body) => (Some(Body(body.into())), None, Kind::SummaryFetch),
+            Err(_) => (None, None, Kind::SummaryFetch),
         },
     };
     let bytes = body.as_ref().map_or(0, |b| b.0.len() as u64);
