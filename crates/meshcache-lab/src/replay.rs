@@ -150,7 +150,10 @@ pub async fn serial(
             ..jobs[*j].clone()
         };
         let outcome = replay(std::slice::from_ref(&one), exp, None).await;
-        outcomes[*j] = merge(&[std::mem::replace(&mut outcomes[*j], merge(&[])), merge(&outcome)]);
+        outcomes[*j] = merge(&[
+            std::mem::replace(&mut outcomes[*j], merge(&[])),
+            merge(&outcome),
+        ]);
         if let Some(b) = bar {
             b.set_position(done as u64 + 1);
         }

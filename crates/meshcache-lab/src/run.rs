@@ -661,8 +661,11 @@ async fn run_one(
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Serial replay: every request in trace order, with the job (node) it belongs to.
     let order: Vec<(usize, Request)> = if exp.clients.serial {
-        let job_of: BTreeMap<usize, usize> =
-            client_nodes.iter().enumerate().map(|(j, &i)| (i, j)).collect();
+        let job_of: BTreeMap<usize, usize> = client_nodes
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| (i, j))
+            .collect();
         w.requests
             .iter()
             .map(|r| {

@@ -91,7 +91,11 @@ pub(crate) enum Ev {
     /// The response to `job`'s current hop arrives at its node.
     Response { job: u32, served: Served },
     /// The client of `req` has its whole response.
-    ClientDone { req: u32, served: Served, node: NodeIx },
+    ClientDone {
+        req: u32,
+        served: Served,
+        node: NodeIx,
+    },
     /// A protocol's timer at `node` (digest rebuilds and fetches, directory upkeep).
     Tick { node: NodeIx },
     /// A protocol's periodic timer at `node` that does not keep the run going (the
@@ -538,7 +542,12 @@ impl<'a> Sim<'a> {
     fn arrive(&mut self, job: u32) {
         let (node, req, only_if_cached, from_peer) = {
             let j = self.job(job);
-            (j.node, j.req, j.only_if_cached, matches!(j.from, From::Peer(_)))
+            (
+                j.node,
+                j.req,
+                j.only_if_cached,
+                matches!(j.from, From::Peer(_)),
+            )
         };
         let r = self.trace.requests[req as usize];
         let t = self.cpu(node, self.now, ns(self.spec.net.cpu_request));
@@ -584,8 +593,7 @@ impl<'a> Sim<'a> {
             let peers = n.mesh.peers();
             let mut route = carp.route(&obj.url, &obj.host, |id| peers[id.0].http_up(at));
             if route.hops.len() == 1 && self.spec.mesh.parents > 0 {
-                if let Outcome::Decided(r) = n.mesh.begin(at, &obj.url, &obj.host, false).outcome
-                {
+                if let Outcome::Decided(r) = n.mesh.begin(at, &obj.url, &obj.host, false).outcome {
                     route = r;
                 }
             }
@@ -881,8 +889,8 @@ impl<'a> Sim<'a> {
             (j.node, j.req, j.current)
         };
         let r = self.trace.requests[req as usize];
-        let cost = ns(self.spec.net.cpu_request)
-            + ns(self.spec.net.cpu_per_kib) * r.size.div_ceil(1024);
+        let cost =
+            ns(self.spec.net.cpu_request) + ns(self.spec.net.cpu_per_kib) * r.size.div_ceil(1024);
         let t = self.cpu(node, self.now, cost);
         let mut proxy_only = false;
         if let Some(peer) = current {
@@ -1001,7 +1009,10 @@ mod tests {
         // A datagram sent just after waits for nothing but itself…
         assert_eq!(link.pass(1_000, 100, 8_000_000), 101_000);
         // …and pushes the bulk behind it back by its own time.
-        assert_eq!(link.pass(2_000, 10_000, 8_000_000), 1_000_100_000 + 10_000_000);
+        assert_eq!(
+            link.pass(2_000, 10_000, 8_000_000),
+            1_000_100_000 + 10_000_000
+        );
         // Small messages queue among themselves.
         let mut link = Link::default();
         assert_eq!(link.pass(0, 1_000, 8_000_000), 1_000_000);

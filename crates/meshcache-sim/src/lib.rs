@@ -5,13 +5,13 @@
 //! machines, `meshcache-store`'s replacement policies, `meshcache-summary`'s filters) on a
 //! virtual clock, with thousands of virtual caches. No tokio, no sockets: time is a number.
 
+pub mod engine;
+pub mod mesh;
 pub mod model;
 pub mod plot;
-pub mod engine;
 mod proto;
-pub mod single;
-pub mod mesh;
 pub mod results;
+pub mod single;
 pub mod spec;
 pub mod trace;
 

@@ -143,7 +143,11 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
     let total = m.caches + m.parents;
     let speaks_icp = matches!(
         p.name,
-        Protocol::Icp | Protocol::Summary | Protocol::Digest | Protocol::Directory | Protocol::Multicast
+        Protocol::Icp
+            | Protocol::Summary
+            | Protocol::Digest
+            | Protocol::Directory
+            | Protocol::Multicast
     );
     let icp_config = IcpConfig {
         timeout_floor: p.icp_timeout_floor,
@@ -161,7 +165,11 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
             if !is_parent {
                 if m.siblings || carp_equals {
                     for other in (0..m.caches).filter(|&o| o != node) {
-                        let role = if carp_equals { Role::Parent } else { Role::Sibling };
+                        let role = if carp_equals {
+                            Role::Parent
+                        } else {
+                            Role::Sibling
+                        };
                         specs.push(peer_spec(other, m.caches, role, speaks_icp));
                         peer_nodes.push(other);
                     }
@@ -183,7 +191,11 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
                     CarpRouter::new(&specs)
                 }
             });
-            let size = if is_parent { m.parent_size } else { m.cache_size };
+            let size = if is_parent {
+                m.parent_size
+            } else {
+                m.cache_size
+            };
             Node {
                 is_parent,
                 store: MemoryStore::with_hasher(
@@ -223,13 +235,16 @@ pub fn body(size: u64) -> Arc<Body> {
 
 /// The peer id under which `node` lists `other`, if it does.
 pub fn peer_id(nodes: &[Node], node: NodeIx, other: NodeIx) -> Option<PeerId> {
-    nodes[node as usize].mesh.peer_at(icp_addr(other)).or_else(|| {
-        nodes[node as usize]
-            .peer_nodes
-            .iter()
-            .position(|&n| n == other)
-            .map(PeerId)
-    })
+    nodes[node as usize]
+        .mesh
+        .peer_at(icp_addr(other))
+        .or_else(|| {
+            nodes[node as usize]
+                .peer_nodes
+                .iter()
+                .position(|&n| n == other)
+                .map(PeerId)
+        })
 }
 
 #[cfg(test)]

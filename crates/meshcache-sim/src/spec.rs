@@ -479,9 +479,12 @@ mod tests {
         assert_eq!(e, "mesh.caches: at least one cache");
         let e = SimSpec::from_toml("[protocol]\nname = \"gossip\"\n").unwrap_err();
         assert!(e.contains("unknown variant `gossip`"), "{e}");
-        let e = SimSpec::from_toml("[mesh]\nparents = 2\nparent_domains = [[\"a\"]]\n")
-            .unwrap_err();
-        assert!(e.starts_with("mesh.parent_domains: 1 lists for 2 parents"), "{e}");
+        let e =
+            SimSpec::from_toml("[mesh]\nparents = 2\nparent_domains = [[\"a\"]]\n").unwrap_err();
+        assert!(
+            e.starts_with("mesh.parent_domains: 1 lists for 2 parents"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -151,7 +151,11 @@ mod tests {
             url: url.into(),
         };
         let t = Trace::new(
-            &[req(0, "http://a/1"), req(3, "http://a/2"), req(1, "http://a/1")],
+            &[
+                req(0, "http://a/1"),
+                req(3, "http://a/2"),
+                req(1, "http://a/1"),
+            ],
             0,
             3,
         );
@@ -160,6 +164,11 @@ mod tests {
         assert_eq!(t.requests[2].obj, 0);
         assert_eq!(t.requests[0].time_ns, 1_000_000);
         assert_eq!(t.unique_bytes(), 10);
-        assert_eq!(Trace::new(&[req(0, "http://a/1"), req(0, "http://a/2")], 1, 1).requests.len(), 1);
+        assert_eq!(
+            Trace::new(&[req(0, "http://a/1"), req(0, "http://a/2")], 1, 1)
+                .requests
+                .len(),
+            1
+        );
     }
 }

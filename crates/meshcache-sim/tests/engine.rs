@@ -74,7 +74,11 @@ fn icp_by_hand() {
 
     let none = run(&serial(4, Protocol::None), &trace);
     assert_eq!(
-        (none.answered.local_hits, none.answered.sibling_hits, none.answered.misses),
+        (
+            none.answered.local_hits,
+            none.answered.sibling_hits,
+            none.answered.misses
+        ),
         (1, 0, 6)
     );
     assert_eq!(none.traffic.datagrams(), 0);
@@ -108,7 +112,11 @@ fn carp_mesh_of_equals_fetches_each_url_once() {
     assert_eq!(r.answered.misses, 200);
     assert_eq!(r.answered.local_hits + r.answered.sibling_hits, 200);
     // The URL space is split: every cache won a fair share.
-    assert!(r.nodes.iter().all(|n| n.origin_fetches > 25), "{:?}", r.nodes);
+    assert!(
+        r.nodes.iter().all(|n| n.origin_fetches > 25),
+        "{:?}",
+        r.nodes
+    );
     assert_eq!(r.traffic.datagrams(), 0);
 }
 
@@ -148,7 +156,12 @@ fn icp_worst_case_arithmetic() {
     );
     assert_eq!(none.answered.local_hits, r.answered.local_hits);
     // Searching costs time: ICP's mean latency is above no cooperation's.
-    assert!(r.latency_ms.mean > none.latency_ms.mean, "{:?} {:?}", r.latency_ms, none.latency_ms);
+    assert!(
+        r.latency_ms.mean > none.latency_ms.mean,
+        "{:?} {:?}",
+        r.latency_ms,
+        none.latency_ms
+    );
 }
 
 /// Shared URLs make remote hits, and the hit ratio with ICP beats no cooperation.
@@ -161,7 +174,12 @@ fn icp_finds_remote_hits() {
     spec.protocol.name = Protocol::None;
     let none = run(&spec, &trace);
     assert!(icp.answered.sibling_hits > 0);
-    assert!(icp.hit_ratio > none.hit_ratio + 0.01, "{} vs {}", icp.hit_ratio, none.hit_ratio);
+    assert!(
+        icp.hit_ratio > none.hit_ratio + 0.01,
+        "{} vs {}",
+        icp.hit_ratio,
+        none.hit_ratio
+    );
 }
 
 /// A stop request ends the run early, with what was measured.

@@ -83,7 +83,10 @@ fn summary_queries_only_the_holder_and_nobody_for_a_new_url() {
         (s.update_rounds, s.updates_sent, s.updates_received),
         (3, 9, 9)
     );
-    assert_eq!((r.traffic.summary_messages, r.traffic.summary_fetches), (9, 12));
+    assert_eq!(
+        (r.traffic.summary_messages, r.traffic.summary_fetches),
+        (9, 12)
+    );
     assert_eq!((s.summary_hits, s.false_hits, s.gaps), (1, 0, 0));
     // c1 looks `a` up in three summaries, c2 `b` in three; c0's first miss came before any
     // array had arrived (a peer with no summary is no lookup).

@@ -2,8 +2,8 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use crate::policy::AnyPolicy;

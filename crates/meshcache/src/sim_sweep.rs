@@ -92,7 +92,10 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
         for value in &args.values {
             let extra = [
                 (args.param.clone(), value.clone()),
-                ("protocol.name".to_owned(), format!("{:?}", protocol.as_str())),
+                (
+                    "protocol.name".to_owned(),
+                    format!("{:?}", protocol.as_str()),
+                ),
             ];
             let spec = load_spec(&args.input, &extra)
                 .with_context(|| format!("{} = {value}", args.param))?;
@@ -148,7 +151,10 @@ fn table(sweep: &Sweep<'_>) -> String {
         "| {} | protocol | hit ratio | remote hits | messages/request | bytes/request | latency mean ms | p99 ms | busiest CPU | simulated req/s |",
         sweep.param
     );
-    let _ = writeln!(s, "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let _ = writeln!(
+        s,
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     for p in &sweep.points {
         let r = &p.results;
         let _ = writeln!(
@@ -179,7 +185,9 @@ fn graphs(sweep: &Sweep<'_>, protocols: &[Protocol], dir: &std::path::Path) -> a
         }
     };
     let log_x = numeric.as_ref().is_some_and(|v| {
-        let (lo, hi) = v.iter().fold((f64::MAX, 0.0_f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0.0_f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         lo > 0.0 && hi / lo >= 20.0
     });
     for m in &MEASURES {

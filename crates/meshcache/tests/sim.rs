@@ -117,7 +117,9 @@ fn simulated(protocol: Protocol, mode: Replay, requests: &[Request], setup: Setu
     // The URLs as the lab sends them: with its origins' port (CARP hashes the whole URL).
     for r in &mut all {
         let host = meshcache_sim::trace::host_of(&r.url).to_owned();
-        r.url = r.url.replacen(&host, &format!("{host}:{LAB_ORIGIN_PORT}"), 1);
+        r.url = r
+            .url
+            .replacen(&host, &format!("{host}:{LAB_ORIGIN_PORT}"), 1);
     }
     simulate(&spec, &all)
 }
@@ -152,8 +154,7 @@ fn lab(
          [origins]\ncache_control = \"max-age=86400\"\n\
          [nodes]\nmemory = \"{} MiB\"\n\
          [clients]\nserial = {serial}\nserial_gap = \"{}ms\"\n",
-        setup.memory_mib,
-        setup.gap_ms
+        setup.memory_mib, setup.gap_ms
     );
     for (i, p) in protocols.iter().enumerate() {
         exp += &format!(
@@ -195,7 +196,13 @@ fn lab_figures(config: &serde_json::Value) -> Figures {
     Figures {
         hits: nodes
             .iter()
-            .map(|n| (u(&n["local_hits"]), u(&n["sibling_hits"]), u(&n["parent_hits"])))
+            .map(|n| {
+                (
+                    u(&n["local_hits"]),
+                    u(&n["sibling_hits"]),
+                    u(&n["parent_hits"]),
+                )
+            })
             .collect(),
         datagrams: nodes.iter().map(|n| u(&n["udp_sent"])).sum(),
     }
@@ -237,7 +244,10 @@ fn agree_exactly(requests: &[Request], protocols: &[Protocol], setup: Setup) {
         }
         let slack = if p == Protocol::Directory { 1 } else { 0 };
         if sim.hits != live.hits || sim.datagrams.abs_diff(live.datagrams) > slack {
-            differ.push(format!("{}:\n  simulator {sim:?}\n  lab       {live:?}", p.as_str()));
+            differ.push(format!(
+                "{}:\n  simulator {sim:?}\n  lab       {live:?}",
+                p.as_str()
+            ));
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
@@ -252,7 +262,12 @@ fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
     for p in protocols {
         let c = lab_config(&r, p.as_str());
         let nodes = c["nodes"].as_array().expect("nodes");
-        let sum = |k: &str| nodes.iter().map(|n| n[k].as_u64().unwrap_or(0)).sum::<u64>();
+        let sum = |k: &str| {
+            nodes
+                .iter()
+                .map(|n| n[k].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        };
         let requests_done = sum("client_requests");
         let live = (sum("local_hits") + sum("sibling_hits") + sum("parent_hits")) as f64
             / requests_done as f64;
@@ -269,15 +284,25 @@ fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
 fn sim_commands_name_bad_input() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bad = dir.path().join("bad.trace");
-    std::fs::write(&bad, "# meshcache trace v1\n0 1 100 http://a/x\n0 x 5 http://a/y\n")
-        .expect("writes");
+    std::fs::write(
+        &bad,
+        "# meshcache trace v1\n0 1 100 http://a/x\n0 x 5 http://a/y\n",
+    )
+    .expect("writes");
     let run = |args: &[&str]| {
-        let out = Command::new(bin()).arg("sim").args(args).output().expect("runs");
+        let out = Command::new(bin())
+            .arg("sim")
+            .args(args)
+            .output()
+            .expect("runs");
         assert!(!out.status.success(), "{args:?} should fail");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let trace = bad.to_str().expect("path");
-    assert!(run(&["run", "--trace", trace]).contains("line 3"), "names the line");
+    assert!(
+        run(&["run", "--trace", trace]).contains("line 3"),
+        "names the line"
+    );
     let good = dir.path().join("good.trace");
     std::fs::write(&good, "# meshcache trace v1\n0 1 100 http://a/x\n").expect("writes");
     let good = good.to_str().expect("path");
@@ -300,12 +325,23 @@ fn sweep_writes_results_and_graphs() {
     let status = Command::new(bin())
         .args(["sim", "sweep", "--trace"])
         .arg(&trace)
-        .args(["--param", "mesh.caches", "--values", "2,4,8", "--protocols", "none,icp"])
+        .args([
+            "--param",
+            "mesh.caches",
+            "--values",
+            "2,4,8",
+            "--protocols",
+            "none,icp",
+        ])
         .arg("--out")
         .arg(&out)
         .output()
         .expect("runs");
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).expect("json"))
             .expect("JSON");
@@ -313,7 +349,10 @@ fn sweep_writes_results_and_graphs() {
     assert_eq!(points.len(), 6);
     for m in ["hit-ratio", "messages", "latency", "load"] {
         let svg = std::fs::read_to_string(out.join(format!("{m}.svg"))).expect("svg");
-        assert!(svg.contains("icp") && svg.contains("none"), "{m}.svg names both curves");
+        assert!(
+            svg.contains("icp") && svg.contains("none"),
+            "{m}.svg names both curves"
+        );
         assert!(out.join(format!("{m}.png")).is_file());
     }
     // More caches, more ICP messages per request; none sends none.
@@ -321,7 +360,11 @@ fn sweep_writes_results_and_graphs() {
         points
             .iter()
             .find(|p| p["protocol"] == proto && p["value"] == caches)
-            .map(|p| p["results"]["messages_per_request"].as_f64().expect("number"))
+            .map(|p| {
+                p["results"]["messages_per_request"]
+                    .as_f64()
+                    .expect("number")
+            })
             .expect("point")
     };
     assert!(msgs("icp", "8") > msgs("icp", "2"));
