@@ -659,6 +659,9 @@ async fn run_one(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    if matches!(p.config.protocol.as_str(), "summary" | "digest") {
+        tokio::task::block_in_place(|| summaries_installed(&running, Duration::from_secs(20)))?;
+    }
     // Serial replay: every request in trace order, with the job (node) it belongs to.
     let order: Vec<(usize, Request)> = if exp.clients.serial {
         let job_of: BTreeMap<usize, usize> = client_nodes
@@ -740,6 +743,48 @@ async fn tcp_link(
         },
         std::future::pending(),
     )?)
+}
+
+/// Waits until every meshcache node holds a valid summary (or digest) of each of its peers,
+/// so that the measured pass does not start while some are still being fetched (a node that
+/// starts before its peers retries its first fetches a little later). Squid nodes are not
+/// asked. Gives up with an error naming the node and peer after `limit`.
+fn summaries_installed(running: &Running, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    for n in running
+        .nodes
+        .iter()
+        .filter(|n| n.plan.product == Product::Meshcache && !n.plan.peers.is_empty())
+    {
+        loop {
+            let body = measure::http_get(n.plan.admin(), "/stats", Duration::from_secs(5))
+                .with_context(|| format!("node {}: /stats", n.plan.name))?;
+            let json: serde_json::Value = serde_json::from_str(&body)
+                .with_context(|| format!("node {}: /stats is not JSON", n.plan.name))?;
+            let peers = json["summary"]["peers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let missing: Vec<String> = peers
+                .iter()
+                .filter(|p| p["valid"] != serde_json::Value::Bool(true))
+                .map(|p| p["name"].as_str().unwrap_or("?").to_owned())
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "node {}: no summary of {} after {} s",
+                    n.plan.name,
+                    missing.join(", "),
+                    limit.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
 }
 
 /// Readings at one moment.
