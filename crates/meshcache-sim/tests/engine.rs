@@ -236,3 +236,37 @@ fn single_cache_loop_equals_the_engine() {
         assert_eq!(same(&fast), same(&engine), "{replacement:?}");
     }
 }
+
+/// Per-domain parents: each URL goes to the parent that serves its host.
+#[test]
+fn domain_parents_split_by_host() {
+    let mut spec = serial(2, Protocol::None);
+    spec.mesh.siblings = false;
+    spec.mesh.parents = 2;
+    spec.mesh.parent_domains = vec![vec![".br".into()], vec!["!.br".into()]];
+    let trace = Trace::new(
+        &[
+            req(0, "http://www.x.br/a"),
+            req(0, "http://www.y.com/b"),
+            req(0, "http://www.z.br/c"),
+            req(1, "http://www.x.br/a"),
+            req(1, "http://www.y.com/b"),
+        ],
+        0,
+        1,
+    );
+    let r = run(&spec, &trace);
+    assert_eq!((r.answered.parent_hits, r.answered.misses), (2, 3));
+    let (p0, p1) = (&r.nodes[2], &r.nodes[3]);
+    assert_eq!(
+        (p0.name.as_str(), p0.objects),
+        ("p0", 2),
+        "p0 holds the .br objects"
+    );
+    assert_eq!(
+        (p1.name.as_str(), p1.objects),
+        ("p1", 1),
+        "p1 holds the rest"
+    );
+    assert_eq!((p0.store_hits, p1.store_hits), (1, 1));
+}

@@ -34,8 +34,12 @@ pub struct Input {
     #[arg(long)]
     spec: Option<PathBuf>,
     /// A trace (`meshcache workload generate` writes them).
-    #[arg(long, conflicts_with = "workload")]
+    #[arg(long, conflicts_with_all = ["workload", "log"])]
     trace: Option<PathBuf>,
+    /// A Squid access log (native or common format) to replay: its GET requests, clients
+    /// numbered by address in order of appearance.
+    #[arg(long, conflicts_with = "workload")]
+    log: Option<PathBuf>,
     /// A workload spec to generate the trace from (as `workload generate --spec` takes).
     #[arg(long)]
     workload: Option<PathBuf>,
@@ -159,6 +163,22 @@ fn set(table: &mut toml::Table, key: &str, value: &str) -> anyhow::Result<()> {
 /// The requests: a trace file, or a workload generated from a spec.
 pub(crate) fn load_trace(input: &Input, spec: &SimSpec) -> anyhow::Result<Trace> {
     let requests = match (&input.trace, &input.workload) {
+        (None, None) if input.log.is_some() => {
+            let path = input.log.as_ref().expect("checked");
+            let file =
+                File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+            let mut reader = meshcache_workload::log::LogReader::new(BufReader::new(file));
+            let (requests, stats) = meshcache_workload::generate::replay(reader.by_ref());
+            let bad: u64 = reader.bad_lines().values().sum();
+            eprintln!(
+                "{}: {} requests kept, {} not GET, {} bad URLs, {bad} bad lines skipped",
+                path.display(),
+                stats.kept,
+                stats.not_get,
+                stats.bad_url
+            );
+            requests
+        }
         (Some(path), _) => {
             let file =
                 File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -174,7 +194,7 @@ pub(crate) fn load_trace(input: &Input, spec: &SimSpec) -> anyhow::Result<Trace>
             meshcache_workload::generate::generate(&wspec, input.seed)
                 .with_context(|| format!("{}", path.display()))?
         }
-        (None, None) => bail!("give the requests: --trace FILE or --workload SPEC"),
+        (None, None) => bail!("give the requests: --trace FILE, --log FILE or --workload SPEC"),
     };
     if requests.is_empty() {
         bail!("the trace has no request");

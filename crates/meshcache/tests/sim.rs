@@ -370,3 +370,44 @@ fn sweep_writes_results_and_graphs() {
     assert!(msgs("icp", "8") > msgs("icp", "2"));
     assert_eq!(msgs("none", "8"), 0.0);
 }
+
+#[test]
+fn a_squid_log_is_replayed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("access.log");
+    std::fs::write(
+        &log,
+        "1700000000.000     12 10.0.0.1 TCP_MISS/200 1500 GET http://a.example/x - HIER_DIRECT/192.0.2.1 text/html\n\
+         1700000001.000      1 10.0.0.1 TCP_HIT/200 1500 GET http://a.example/x - HIER_NONE/- text/html\n\
+         this line is not a log line\n\
+         1700000002.000      9 10.0.0.2 TCP_MISS/200 300 POST http://a.example/form - HIER_DIRECT/192.0.2.1 text/html\n\
+         1700000003.000      2 10.0.0.2 TCP_MISS/200 1500 GET http://a.example/x - HIER_DIRECT/192.0.2.1 text/html\n",
+    )
+    .expect("writes");
+    let out = Command::new(bin())
+        .args([
+            "sim",
+            "run",
+            "--json",
+            "--set",
+            "mesh.caches=1",
+            "--set",
+            "replay.mode=\"serial\"",
+            "--log",
+        ])
+        .arg(&log)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("3 requests kept, 1 not GET"), "{stderr}");
+    assert!(stderr.contains("1 bad lines skipped"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["answered"]["requests"], 3);
+    assert_eq!(r["answered"]["local_hits"], 2);
+    assert_eq!(r["trace_objects"], 1);
+}
