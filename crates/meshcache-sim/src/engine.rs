@@ -191,7 +191,8 @@ pub struct Sim<'a> {
     queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
     events: Vec<Option<Ev>>,
     free_events: Vec<u32>,
-    /// Events in the queue that are not ICP deadlines (serial replay waits for none left).
+    /// Events in the queue that are neither ICP deadlines nor protocol timers (serial replay
+    /// waits until none is left).
     work: u64,
     /// [`Ev::Timer`]s in the queue.
     timers: u64,
@@ -210,6 +211,9 @@ pub struct Sim<'a> {
     warming: bool,
     /// When measurement started (the end of the warm-up).
     measure_from: u64,
+    /// Timed replay after a warm-up: added to the trace's times, so that the measured
+    /// requests keep their spacing instead of all being late.
+    time_offset: u64,
     /// When the last client got its answer: the end of the simulated time (deadlines of
     /// searches decided long before may still be pending after it, and do not count).
     last_answer: u64,
@@ -245,7 +249,7 @@ impl<'a> Sim<'a> {
         if spec.replay.mode == Replay::Closed {
             for (i, r) in trace.requests.iter().enumerate() {
                 if i >= spec.replay.warmup as usize {
-                    per_client[r.client as usize].push(i as u32);
+                    per_client[r.slot as usize].push(i as u32);
                 }
             }
         }
@@ -271,6 +275,7 @@ impl<'a> Sim<'a> {
             warmup: (spec.replay.warmup as usize).min(trace.requests.len()),
             warming: spec.replay.warmup > 0 && !trace.requests.is_empty(),
             measure_from: 0,
+            time_offset: 0,
             last_answer: 0,
             net: Link::default(),
             origin_free: vec![0; spec.net.origin_servers as usize],
@@ -428,7 +433,7 @@ impl<'a> Sim<'a> {
     /// at a time).
     fn schedule_next_issue(&mut self) {
         if let Some(r) = self.trace.requests.get(self.next_req) {
-            let t = self.now.max(r.time_ns);
+            let t = self.now.max(r.time_ns.saturating_add(self.time_offset));
             let req = self.next_req as u32;
             self.next_req += 1;
             self.schedule(t, Ev::Issue { req });
@@ -439,6 +444,9 @@ impl<'a> Sim<'a> {
     fn end_warmup(&mut self) {
         self.warming = false;
         self.measure_from = self.now;
+        if let Some(first) = self.trace.requests.get(self.warmup) {
+            self.time_offset = self.now.saturating_sub(first.time_ns);
+        }
         self.classified = Classified::default();
         self.traffic = Traffic::default();
         self.latency.reset();
@@ -457,6 +465,8 @@ impl<'a> Sim<'a> {
             let r = self.next_req as u32;
             self.next_req += 1;
             self.waiting_serial = false;
+            // Not before its trace time (a trace with times spreads a serial replay out;
+            // the lab's serial replay ignores times, which are all 0 in closed-loop traces).
             let gap = ns(self.spec.replay.serial_gap);
             let t = self.trace.requests[r as usize].time_ns;
             if gap == 0 {
@@ -558,6 +568,12 @@ impl<'a> Sim<'a> {
         }
         if n.store.get(&obj.key).is_some() {
             n.stats.store_hits += 1;
+            // A hit relays its body from the store.
+            let t = self.cpu(
+                node,
+                t,
+                ns(self.spec.net.cpu_per_kib) * r.size.div_ceil(1024),
+            );
             self.respond(job, Served::Store(node), t);
             return;
         }
@@ -866,7 +882,8 @@ impl<'a> Sim<'a> {
             Hop::Direct => {
                 let net = &self.spec.net;
                 let r = self.trace.requests[req as usize];
-                let server = self.trace.objects[r.obj as usize].server as usize;
+                let server =
+                    self.trace.objects[r.obj as usize].server as usize % self.origin_free.len();
                 self.nodes[node as usize].stats.origin_fetches += 1;
                 let reaches = t + ns(net.origin_latency);
                 let start = reaches.max(self.origin_free[server]);
@@ -967,7 +984,7 @@ impl<'a> Sim<'a> {
     fn client_done(&mut self, req: u32, served: Served, node: NodeIx) {
         let r = self.trace.requests[req as usize];
         let latency_us = (self.now - self.issued[req as usize]) / 1_000;
-        let _ = self.latency.record(latency_us.max(1));
+        self.latency.saturating_record(latency_us.max(1));
         let kind = match served {
             Served::Store(n) | Served::Collapsed(n) if n == node => crate::results::Outcome::Local,
             Served::Store(n) | Served::Collapsed(n) => {
@@ -984,7 +1001,7 @@ impl<'a> Sim<'a> {
         self.last_answer = self.now;
         match self.spec.replay.mode {
             _ if self.warming => self.waiting_serial = true,
-            Replay::Closed => self.issue_next_of(r.client),
+            Replay::Closed => self.issue_next_of(r.slot),
             Replay::Serial => self.waiting_serial = true,
             Replay::Timed => {}
         }

@@ -25,6 +25,13 @@ pub use trace::Trace;
 pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Result<Results, String> {
     spec.validate().map_err(|e| e.to_string())?;
     engine::check(spec)?;
+    if spec.replay.warmup > 0 && spec.replay.warmup >= trace.requests.len() as u64 {
+        return Err(format!(
+            "replay.warmup: {} warm-up requests leave nothing to measure in a trace of {}",
+            spec.replay.warmup,
+            trace.requests.len()
+        ));
+    }
     if single::applies(spec) {
         return Ok(single::run(spec, trace, control));
     }

@@ -16,7 +16,7 @@ use meshcache_store::StoreEvent;
 use crate::engine::{ns, wire, Control};
 use crate::mesh::{self, Body, Node};
 use crate::results::{self, Classified, Outcome, Results, Traffic};
-use crate::spec::{Replay, SimSpec};
+use crate::spec::{Protocol, Replay, SimSpec};
 use crate::trace::Trace;
 
 /// Whether `spec` is a single cache replayed serially.
@@ -25,6 +25,9 @@ pub fn applies(spec: &SimSpec) -> bool {
         && spec.mesh.parents == 0
         && spec.replay.mode == Replay::Serial
         && spec.replay.warmup == 0
+        && spec.replay.serial_gap.is_zero()
+        // No timers: the summaries' drain ticks and the directory's upkeep would move time.
+        && matches!(spec.protocol.name, Protocol::None | Protocol::Icp | Protocol::Carp)
 }
 
 /// Replays `trace` through the one cache of `spec` (see [`applies`]).
@@ -52,14 +55,17 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
                 break;
             }
         }
-        now = now.max(r.time_ns);
         let obj = &trace.objects[r.obj as usize];
+        now = now.max(r.time_ns);
         node.stats.client_requests += 1;
         node.stats.cpu_ns += cpu_request;
         let to_client = wire(r.size + hdr, net.client_bandwidth) + client_latency;
         let mut elapsed = client_latency + cpu_request;
         let outcome = if node.store.get(&obj.key).is_some() {
             node.stats.store_hits += 1;
+            let body_cpu = cpu_per_kib * r.size.div_ceil(1024);
+            node.stats.cpu_ns += body_cpu;
+            elapsed += body_cpu;
             Outcome::Local
         } else {
             node.stats.origin_fetches += 1;
@@ -85,7 +91,7 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
             Outcome::Miss
         };
         elapsed += to_client;
-        let _ = latency.record((elapsed / 1_000).max(1));
+        latency.saturating_record((elapsed / 1_000).max(1));
         now += elapsed;
         classified.add(outcome, r.size);
         node.stats.count(outcome);

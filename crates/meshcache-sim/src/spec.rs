@@ -383,6 +383,12 @@ impl SimSpec {
         if m.caches > 100_000 {
             return Err(bad("mesh.caches", "at most 100000"));
         }
+        if m.siblings && m.caches > 10_000 {
+            return Err(bad(
+                "mesh.caches",
+                "at most 10000 siblings: a full mesh keeps N × (N − 1) peer entries",
+            ));
+        }
         if m.parents > 1_000 {
             return Err(bad("mesh.parents", "at most 1000"));
         }
@@ -457,11 +463,11 @@ impl SimSpec {
                 "carp needs parents, or leaf caches that are siblings (a mesh of equals)",
             ));
         }
-        if self.net.origin_servers == 0 {
-            return Err(bad("net.origin_servers", "at least one"));
+        if !(1..=100_000).contains(&self.net.origin_servers) {
+            return Err(bad("net.origin_servers", "1 to 100000"));
         }
-        if self.replay.mode == Replay::Closed && self.replay.outstanding == 0 {
-            return Err(bad("replay.outstanding", "at least 1"));
+        if self.replay.mode == Replay::Closed && !(1..=1_000).contains(&self.replay.outstanding) {
+            return Err(bad("replay.outstanding", "1 to 1000"));
         }
         Ok(())
     }

@@ -27,8 +27,11 @@ pub struct Object {
 pub struct Req {
     /// When it is issued, in ns from the start (timed replay).
     pub time_ns: u64,
-    /// The client that issues it.
+    /// The client that issues it, as the trace numbers it (client `c` uses cache `c mod
+    /// caches`).
     pub client: u32,
+    /// The same client numbered densely from 0 in order of appearance (`0..Trace::clients`).
+    pub slot: u32,
     /// The object.
     pub obj: u32,
     /// The response body's length.
@@ -42,7 +45,7 @@ pub struct Trace {
     pub objects: Vec<Object>,
     /// Requests, in trace order.
     pub requests: Vec<Req>,
-    /// Number of distinct clients (the largest client number + 1).
+    /// Number of distinct clients.
     pub clients: u32,
 }
 
@@ -80,7 +83,7 @@ impl Trace {
         let mut index: HashMap<&str, u32> = HashMap::new();
         let mut objects = Vec::new();
         let mut out = Vec::with_capacity(n);
-        let mut clients = 0;
+        let mut slots: HashMap<u32, u32> = HashMap::new();
         for r in &requests[..n] {
             let obj = *index.entry(r.url.as_str()).or_insert_with(|| {
                 let host = host_of(&r.url).to_owned();
@@ -94,10 +97,12 @@ impl Trace {
                 });
                 (objects.len() - 1) as u32
             });
-            clients = clients.max(r.client + 1);
+            let next = slots.len() as u32;
+            let slot = *slots.entry(r.client).or_insert(next);
             out.push(Req {
                 time_ns: r.time_ms.saturating_mul(1_000_000),
                 client: r.client,
+                slot,
                 obj,
                 size: r.size,
             });
@@ -105,7 +110,7 @@ impl Trace {
         Trace {
             objects,
             requests: out,
-            clients,
+            clients: slots.len() as u32,
         }
     }
 
@@ -160,10 +165,20 @@ mod tests {
             3,
         );
         assert_eq!(t.objects.len(), 2);
-        assert_eq!(t.clients, 4);
+        assert_eq!(t.clients, 3);
+        assert_eq!(
+            t.requests
+                .iter()
+                .map(|r| (r.client, r.slot))
+                .collect::<Vec<_>>(),
+            [(0, 0), (3, 1), (1, 2)]
+        );
         assert_eq!(t.requests[2].obj, 0);
         assert_eq!(t.requests[0].time_ns, 1_000_000);
         assert_eq!(t.unique_bytes(), 10);
+        // Client numbers are names: the largest one costs nothing.
+        let t = Trace::new(&[req(u32::MAX, "http://a/1")], 0, 1);
+        assert_eq!((t.clients, t.requests[0].slot), (1, 0));
         assert_eq!(
             Trace::new(&[req(0, "http://a/1"), req(0, "http://a/2")], 1, 1)
                 .requests

@@ -218,13 +218,16 @@ pub(crate) fn interrupt_flag() -> Arc<AtomicBool> {
             return;
         };
         rt.block_on(async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                return;
+            }
+            eprintln!("meshcache: interrupted; reporting what was simulated so far");
+            flag.store(true, Ordering::Relaxed);
+            // A second Ctrl-C: out at once.
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("meshcache: interrupted; reporting what was simulated so far");
-                flag.store(true, Ordering::Relaxed);
+                std::process::exit(130);
             }
         });
-        // A second Ctrl-C: the default action.
-        std::process::exit(130);
     });
     stop
 }
@@ -278,7 +281,7 @@ pub(crate) fn summary(r: &Results) -> String {
         r.spec.mesh.parents,
         r.spec.protocol.name.as_str(),
         a.requests,
-        r.trace_requests,
+        r.trace_requests.saturating_sub(r.spec.replay.warmup),
         if r.interrupted { " (interrupted)" } else { "" }
     );
     let _ = writeln!(

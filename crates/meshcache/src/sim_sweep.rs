@@ -211,7 +211,14 @@ fn graphs(sweep: &Sweep<'_>, protocols: &[Protocol], dir: &std::path::Path) -> a
             log_y: false,
             series,
         };
-        let svg = plot::to_svg(&chart).with_context(|| format!("graph {}", m.file))?;
+        let svg = match plot::to_svg(&chart) {
+            Ok(svg) => svg,
+            Err(e @ plot::PlotError::NoFont { .. }) => {
+                eprintln!("meshcache: graphs not drawn ({e}); results.json and the table are");
+                return Ok(());
+            }
+            Err(e) => return Err(e).with_context(|| format!("graph {}", m.file)),
+        };
         std::fs::write(dir.join(format!("{}.svg", m.file)), svg)
             .with_context(|| format!("cannot write {}.svg", m.file))?;
         plot::to_png(&chart, &dir.join(format!("{}.png", m.file)))

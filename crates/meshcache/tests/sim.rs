@@ -13,6 +13,11 @@ use meshcache_sim::{Control, Results, SimSpec, Trace};
 use meshcache_workload::generate::{generate, Benchmark, WorkloadSpec};
 use meshcache_workload::Request;
 
+/// Lab runs use fixed addresses (127.0.0.10 and up, the origins' port): inside a network
+/// namespace of their own they cannot collide, but where none can be made they must take
+/// turns.
+static NODES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The lab's default origin port, which it puts in every URL.
 const LAB_ORIGIN_PORT: u16 = 8080;
 
@@ -164,6 +169,7 @@ fn lab(
         );
     }
     std::fs::write(dir.join("exp.toml"), exp).expect("experiment file");
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(bin())
         .args(["lab", "run"])
         .arg(dir.join("exp.toml"))

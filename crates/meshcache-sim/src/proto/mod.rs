@@ -87,7 +87,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     }
 }
 
-/// An ICP reply for a protocol that routes them itself (directory, multicast).
+/// An ICP reply for a protocol that routes them itself (summary, directory, multicast).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn on_icp_reply(
     sim: &mut Sim<'_>,
@@ -159,6 +159,6 @@ pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
 /// The protocols' own counters, added to the results of a run.
 pub(crate) fn report(sim: &Sim<'_>, results: &mut crate::results::Results) {
     if matches!(sim.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
-        results.summary = Some(summary::report(&sim.proto.summary));
+        results.summary = Some(summary::report(&sim.proto.summary, sim.at(sim.now)));
     }
 }

@@ -598,9 +598,8 @@ fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<
 }
 
 /// Every node's summary counters, summed.
-pub(crate) fn report(states: &[NodeState]) -> SummaryReport {
+pub(crate) fn report(states: &[NodeState], now: std::time::Instant) -> SummaryReport {
     let mut r = SummaryReport::default();
-    let now = std::time::Instant::now();
     for s in states {
         let local = s.local.stats();
         r.update_messages += local.updates;
