@@ -93,9 +93,10 @@ pub fn run(command: SimCommand) -> anyhow::Result<()> {
 }
 
 fn run_one(args: RunArgs) -> anyhow::Result<()> {
+    // First, so that a Ctrl-C while the trace loads stops the run as soon as it starts.
+    let stop = interrupt_flag();
     let spec = load_spec(&args.input, &[])?;
     let trace = load_trace(&args.input, &spec)?;
-    let stop = interrupt_flag();
     let results = simulate(&spec, &trace, &stop, "")?;
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

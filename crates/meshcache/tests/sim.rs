@@ -417,3 +417,56 @@ fn a_squid_log_is_replayed() {
     assert_eq!(r["answered"]["local_hits"], 2);
     assert_eq!(r["trace_objects"], 1);
 }
+
+/// Ctrl-C stops a run and it reports what it simulated (a second one would exit at once).
+#[test]
+fn an_interrupted_run_reports_what_it_has() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workload = dir.path().join("w.toml");
+    std::fs::write(
+        &workload,
+        "model = \"benchmark\"\nclients = 600\nrequests_per_client = 500\ngroups = 300\n\
+         disjoint = false\n",
+    )
+    .expect("writes");
+    // Into files: a pipe nobody reads until the end would fill and stall the child.
+    let stdout = dir.path().join("out.json");
+    let stderr = dir.path().join("err.txt");
+    let mut child = Command::new(bin())
+        .args([
+            "sim",
+            "run",
+            "--json",
+            "--set",
+            "mesh.caches=300",
+            "--workload",
+        ])
+        .arg(&workload)
+        .stdout(std::fs::File::create(&stdout).expect("file"))
+        .stderr(std::fs::File::create(&stderr).expect("file"))
+        .spawn()
+        .expect("starts");
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("waits").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run did not stop within 60 s of Ctrl-C");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let status = child.wait().expect("exit status");
+    let err = std::fs::read_to_string(&stderr).expect("stderr");
+    assert!(status.success(), "{err}");
+    assert!(err.contains("interrupted"), "{err}");
+    let out = std::fs::read_to_string(&stdout).expect("stdout");
+    let r: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(r["interrupted"], true);
+    let done = r["answered"]["requests"].as_u64().expect("a count");
+    assert!(done < 300_000, "stopped early: {done}");
+}
