@@ -31,10 +31,16 @@ use crate::results::{Classified, Kind, Results, Traffic};
 use crate::spec::{Protocol, Replay, SimSpec};
 use crate::trace::Trace;
 
-/// ICP header (20 bytes) plus the query's requester field (4).
-const ICP_QUERY_OVERHEAD: u64 = 24;
-/// ICP header.
-const ICP_REPLY_OVERHEAD: u64 = 20;
+/// Bytes of an ICP query for a URL of `url_len` bytes: header, requester field, URL, NUL
+/// (the multicast and directory queries are ICP queries too).
+pub(crate) fn icp_query_bytes(url_len: usize) -> u64 {
+    (meshcache_wire::icp::HEADER_LEN + 4 + url_len + 1) as u64
+}
+
+/// Bytes of an ICP reply for a URL of `url_len` bytes: header, URL, NUL.
+pub(crate) fn icp_reply_bytes(url_len: usize) -> u64 {
+    (meshcache_wire::icp::HEADER_LEN + url_len + 1) as u64
+}
 /// IPv4 and UDP headers of a datagram.
 const UDP_IP: u64 = 28;
 
@@ -636,7 +642,7 @@ impl<'a> Sim<'a> {
         peers: &[PeerId],
         t: u64,
     ) {
-        let bytes = ICP_QUERY_OVERHEAD + self.trace.objects[obj as usize].url.len() as u64 + 1;
+        let bytes = icp_query_bytes(self.trace.objects[obj as usize].url.len());
         let mut sent = t;
         for peer in peers {
             let to = self.nodes[node as usize].peer_nodes[peer.0];
@@ -775,7 +781,7 @@ impl<'a> Sim<'a> {
         kind: ReplyKind,
         t: u64,
     ) {
-        let bytes = ICP_REPLY_OVERHEAD + self.trace.objects[obj as usize].url.len() as u64 + 1;
+        let bytes = icp_reply_bytes(self.trace.objects[obj as usize].url.len());
         let sent = self.cpu(node, t, ns(self.spec.net.cpu_datagram));
         self.send_datagram(
             node,
@@ -1006,11 +1012,6 @@ impl<'a> Sim<'a> {
             Replay::Timed => {}
         }
     }
-}
-
-/// Whether the engine can run `spec`.
-pub fn check(spec: &SimSpec) -> Result<(), String> {
-    crate::proto::check(spec)
 }
 
 #[cfg(test)]

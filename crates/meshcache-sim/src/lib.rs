@@ -24,7 +24,6 @@ pub use trace::Trace;
 /// replayed serially takes the event-free loop of [`single`], which gives the same results.
 pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Result<Results, String> {
     spec.validate().map_err(|e| e.to_string())?;
-    engine::check(spec)?;
     if spec.replay.warmup > 0 && spec.replay.warmup >= trace.requests.len() as u64 {
         return Err(format!(
             "replay.warmup: {} warm-up requests leave nothing to measure in a trace of {}",

@@ -9,7 +9,7 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 
-use meshcache_dcm::{CarpRouter, IcpConfig, IcpMesh, PeerId, PeerSpec, Role};
+use meshcache_dcm::{CarpRouter, IcpConfig, IcpMesh, PeerSpec, Role};
 use meshcache_store::{MemoryStore, StoreConfig, Weigh};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
@@ -233,20 +233,6 @@ pub fn body(size: u64) -> Arc<Body> {
     Arc::new(Body(size))
 }
 
-/// The peer id under which `node` lists `other`, if it does.
-pub fn peer_id(nodes: &[Node], node: NodeIx, other: NodeIx) -> Option<PeerId> {
-    nodes[node as usize]
-        .mesh
-        .peer_at(icp_addr(other))
-        .or_else(|| {
-            nodes[node as usize]
-                .peer_nodes
-                .iter()
-                .position(|&n| n == other)
-                .map(PeerId)
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +260,5 @@ mod tests {
             [Role::Sibling, Role::Sibling, Role::Parent, Role::Parent]
         );
         assert!(nodes[3].is_parent && nodes[3].peer_nodes.is_empty());
-        assert_eq!(peer_id(&nodes, 1, 3), Some(PeerId(2)));
     }
 }

@@ -287,6 +287,23 @@ pub struct Results {
     /// Summary Cache and Cache Digests: what the summaries did (other protocols: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<SummaryReport>,
+    /// What produced these results (filled in by the command line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+}
+
+/// Where a run's results come from: enough to run it again.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Provenance {
+    /// The meshcache version that ran it.
+    pub version: String,
+    /// `git describe --always --dirty` of the working directory, or "unknown".
+    pub revision: String,
+    /// The requests: `trace FILE`, `log FILE` or `workload FILE`.
+    pub input: String,
+    /// The seed a generated workload was drawn with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 /// Summary Cache and Cache Digests: every node's summary counters, summed over nodes and
@@ -429,5 +446,6 @@ pub fn build(
             0.0
         },
         summary: None,
+        provenance: None,
     }
 }

@@ -188,6 +188,11 @@ fn revision(experiment: &std::path::Path) -> String {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(std::path::Path::new("."));
+    revision_of(dir)
+}
+
+/// `git describe --always --dirty` of the repository holding `dir`, or "unknown".
+pub(crate) fn revision_of(dir: &std::path::Path) -> String {
     Command::new("git")
         .arg("-C")
         .arg(dir)

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
+use meshcache_sim::results::Provenance;
 use meshcache_sim::{Control, Results, SimSpec, Trace};
 
 /// Simulator commands.
@@ -49,6 +50,24 @@ pub struct Input {
     /// Override one spec value, e.g. `--set mesh.caches=100 --set protocol.name=summary`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
+}
+
+impl Input {
+    /// What the requests come from, for the results.
+    pub(crate) fn provenance(&self) -> Provenance {
+        let (input, seed) = match (&self.trace, &self.log, &self.workload) {
+            (Some(t), _, _) => (format!("trace {}", t.display()), None),
+            (None, Some(l), _) => (format!("log {}", l.display()), None),
+            (None, None, Some(w)) => (format!("workload {}", w.display()), Some(self.seed)),
+            (None, None, None) => (String::new(), None),
+        };
+        Provenance {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            revision: crate::lab_run::revision_of(std::path::Path::new(".")),
+            input,
+            seed,
+        }
+    }
 }
 
 /// `sim run`.
@@ -97,7 +116,7 @@ fn run_one(args: RunArgs) -> anyhow::Result<()> {
     let stop = interrupt_flag();
     let spec = load_spec(&args.input, &[])?;
     let trace = load_trace(&args.input, &spec)?;
-    let results = simulate(&spec, &trace, &stop, "")?;
+    let results = simulate(&spec, &trace, &stop, "", &args.input.provenance())?;
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         write_json(&dir.join("results.json"), &results)?;
@@ -239,6 +258,7 @@ pub(crate) fn simulate(
     trace: &Trace,
     stop: &AtomicBool,
     label: &str,
+    provenance: &Provenance,
 ) -> anyhow::Result<Results> {
     let bar = ProgressBar::new(trace.requests.len() as u64);
     bar.set_style(
@@ -251,7 +271,7 @@ pub(crate) fn simulate(
     bar.set_prefix(format!("{label}{}", spec.protocol.name.as_str()));
     bar.enable_steady_tick(Duration::from_millis(200));
     let mut progress = |done: u64| bar.set_position(done);
-    let results = meshcache_sim::run(
+    let mut results = meshcache_sim::run(
         spec,
         trace,
         Control {
@@ -261,6 +281,7 @@ pub(crate) fn simulate(
     )
     .map_err(anyhow::Error::msg)?;
     bar.finish_and_clear();
+    results.provenance = Some(provenance.clone());
     Ok(results)
 }
 

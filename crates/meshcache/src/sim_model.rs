@@ -15,7 +15,6 @@
 //! every panel (a panel's own axis still sweeps its range).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use meshcache_sim::model::{self, Axis, Breakdown, Curve, Family, Latency, ModelParams, Resource};
@@ -111,7 +110,7 @@ pub fn run(args: ModelArgs) -> anyhow::Result<()> {
     let output = Output {
         model: "directory-based DCM paper, section 5 (Table 1, Figure 6)",
         version: env!("CARGO_PKG_VERSION"),
-        revision: revision(),
+        revision: crate::lab_run::revision_of(std::path::Path::new(".")),
         params: &params,
         breakdown,
         figures,
@@ -240,15 +239,4 @@ fn print_table(figure: &Figure) {
         }
         println!();
     }
-}
-
-/// `git describe --always --dirty` of the working directory, or "unknown".
-fn revision() -> String {
-    Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
 }

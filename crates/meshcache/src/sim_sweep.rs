@@ -99,20 +99,26 @@ pub fn run(args: SweepArgs) -> anyhow::Result<()> {
             ];
             let spec = load_spec(&args.input, &extra)
                 .with_context(|| format!("{} = {value}", args.param))?;
-            meshcache_sim::engine::check(&spec).map_err(anyhow::Error::msg)?;
             specs.push((protocol, value.clone(), spec));
         }
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let stop = interrupt_flag();
+    let provenance = args.input.provenance();
     let mut points = Vec::new();
     let total = specs.len();
+    // The trace depends on the spec only through replay.limit and the origin count: loaded
+    // again only when one of those changes.
+    let mut loaded: Option<((u64, u32), meshcache_sim::Trace)> = None;
     for (i, (protocol, value, spec)) in specs.into_iter().enumerate() {
-        // The trace depends on the spec only through replay.limit and the origin count.
-        let trace = load_trace(&args.input, &spec)?;
+        let wanted = (spec.replay.limit, spec.net.origin_servers);
+        let trace = match &mut loaded {
+            Some((k, t)) if *k == wanted => &*t,
+            slot => &slot.insert((wanted, load_trace(&args.input, &spec)?)).1,
+        };
         let label = format!("[{}/{total}] {} = {value}, ", i + 1, args.param);
-        let results = simulate(&spec, &trace, &stop, &label)?;
+        let results = simulate(&spec, trace, &stop, &label, &provenance)?;
         eprintln!(
             "{label}{}: hit ratio {:.2} %, {:.3} messages/request, latency {:.2} ms, {:.0} requests/s",
             protocol.as_str(),

@@ -102,9 +102,9 @@ pub(crate) fn update_len(keys: usize) -> u64 {
     (HEADER_LEN + NODE_ADDR_LEN + KEY_LEN * keys) as u64
 }
 
-/// ICP query bytes for `url` (header, requester field, URL, NUL), forwarded or not.
+/// ICP query bytes for `url`, forwarded or not.
 pub(crate) fn icp_query_len(url: &str) -> u64 {
-    (HEADER_LEN + 4 + url.len() + 1) as u64
+    crate::engine::icp_query_bytes(url.len())
 }
 
 /// Node `node`'s ICP address, as directory messages name it.

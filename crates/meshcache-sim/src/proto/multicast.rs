@@ -21,7 +21,6 @@
 use meshcache_dcm::icp::Holding;
 use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
 use meshcache_dcm::{Reply, ReplyKind, Route};
-use meshcache_wire::icp::HEADER_LEN;
 
 use super::Msg;
 use crate::engine::{ns, Payload, Sim};
@@ -37,14 +36,14 @@ pub(crate) enum McMsg {
     Query { obj: u32, reqnum: u32 },
 }
 
-/// Query bytes for `url`: an ICP query (header, requester field, URL, NUL) with the flag.
+/// Query bytes for `url`: an ICP query with the flag (a flag bit, no extra byte).
 pub(crate) fn query_len(url: &str) -> u64 {
-    (HEADER_LEN + 4 + url.len() + 1) as u64
+    crate::engine::icp_query_bytes(url.len())
 }
 
 /// `ICP_OP_HIT` bytes for `url`.
 pub(crate) fn reply_len(url: &str) -> u64 {
-    (HEADER_LEN + url.len() + 1) as u64
+    crate::engine::icp_reply_bytes(url.len())
 }
 
 /// Every node's multicast state, or nothing when the protocol is another.
