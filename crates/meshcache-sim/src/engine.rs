@@ -473,7 +473,13 @@ impl<'a> Sim<'a> {
             self.waiting_serial = false;
             // Not before its trace time (a trace with times spreads a serial replay out;
             // the lab's serial replay ignores times, which are all 0 in closed-loop traces).
-            let gap = ns(self.spec.replay.serial_gap);
+            // The warm-up goes back to back, as the lab's concurrent pre-warm round does; the
+            // pause comes before each measured request, the first included.
+            let gap = if self.warming {
+                0
+            } else {
+                ns(self.spec.replay.serial_gap)
+            };
             let t = self.trace.requests[r as usize].time_ns;
             if gap == 0 {
                 self.now = self.now.max(t);

@@ -224,6 +224,8 @@ pub struct NodeLoad {
     pub origin_fetches: u64,
     /// Datagrams sent and received.
     pub datagrams: u64,
+    /// Datagrams sent (what the lab reports as a node's `udp_sent`).
+    pub datagrams_sent: u64,
     /// Share of the simulated time its CPU was busy.
     pub cpu_utilisation: f64,
     /// Objects and bytes in its store at the end.
@@ -404,6 +406,7 @@ pub fn build(
             store_hits: node.stats.store_hits,
             origin_fetches: node.stats.origin_fetches,
             datagrams: node.stats.datagrams_sent + node.stats.datagrams_received,
+            datagrams_sent: node.stats.datagrams_sent,
             cpu_utilisation: node.stats.cpu_ns as f64 / span,
             objects: node.store.len() as u64,
             stored_bytes: node.store.bytes(),
