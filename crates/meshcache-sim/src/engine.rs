@@ -18,11 +18,12 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use meshcache_dcm::icp::{answer, Holding, Outcome};
+use meshcache_dcm::icp::{answer, Outcome};
 use meshcache_dcm::{Hop, PeerId, Reply, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
 
@@ -287,7 +288,7 @@ impl<'a> Sim<'a> {
             origin_free: vec![0; spec.net.origin_servers as usize],
             classified: Classified::default(),
             traffic: Traffic::default(),
-            latency: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+            latency: crate::results::latency_histogram(),
             proto,
         }
     }
@@ -633,24 +634,23 @@ impl<'a> Sim<'a> {
             return;
         }
         let search = n.mesh.begin(at, &obj.url, &obj.host, true);
-        let peers: Vec<PeerId> = search.queries.iter().map(|(p, _)| *p).collect();
-        self.send_icp_queries(node, obj_ix, search.reqnum, &peers, t);
+        self.send_icp_queries(node, obj_ix, search.reqnum, &search.queries, t);
         self.start_search(job, node, search.reqnum, search.outcome, t);
     }
 
-    /// Sends ICP queries for `obj` (search `reqnum`) from `node` to `peers`, one after the
-    /// other on its CPU from `t`.
+    /// Sends ICP queries for `obj` (search `reqnum`) from `node` to `peers` (as a search
+    /// lists them: peer and ICP address), one after the other on its CPU from `t`.
     pub(crate) fn send_icp_queries(
         &mut self,
         node: NodeIx,
         obj: u32,
         reqnum: u32,
-        peers: &[PeerId],
+        peers: &[(PeerId, SocketAddr)],
         t: u64,
     ) {
         let bytes = icp_query_bytes(self.trace.objects[obj as usize].url.len());
         let mut sent = t;
-        for peer in peers {
+        for (peer, _) in peers {
             let to = self.nodes[node as usize].peer_nodes[peer.0];
             sent = self.cpu(node, sent, ns(self.spec.net.cpu_datagram));
             self.send_datagram(
@@ -742,11 +742,7 @@ impl<'a> Sim<'a> {
                 let o = &self.trace.objects[obj as usize];
                 let n = &mut self.nodes[to as usize];
                 let asker = n.mesh.on_query(icp_addr(from), false);
-                let holding = if n.store.contains(&o.key) {
-                    Holding::Fresh
-                } else {
-                    Holding::Nothing
-                };
+                let holding = n.holding(&o.key);
                 let kind = answer(asker, holding);
                 self.send_icp_reply(to, from, obj, reqnum, kind, t);
             }
@@ -942,10 +938,7 @@ impl<'a> Sim<'a> {
                 events = ev;
             }
         }
-        n.stats.evictions += events
-            .iter()
-            .filter(|e| matches!(e, StoreEvent::Evicted { .. }))
-            .count() as u64;
+        n.stats.evicted(&events);
         crate::proto::on_store_events(self, node, r.obj, &events, t);
         let n = &mut self.nodes[node as usize];
         let followers = n.fetching.remove(&r.obj).unwrap_or_default();

@@ -99,6 +99,14 @@ pub struct NodeStats {
 }
 
 impl NodeStats {
+    /// Counts the evictions among a store's `events`.
+    pub fn evicted(&mut self, events: &[meshcache_store::StoreEvent]) {
+        self.evictions += events
+            .iter()
+            .filter(|e| matches!(e, meshcache_store::StoreEvent::Evicted { .. }))
+            .count() as u64;
+    }
+
     /// One of its clients' requests was answered so.
     pub fn count(&mut self, outcome: crate::results::Outcome) {
         use crate::results::Outcome;
@@ -134,6 +142,17 @@ pub struct Node {
     pub(crate) nic: crate::engine::Link,
     /// Counters.
     pub stats: NodeStats,
+}
+
+impl Node {
+    /// What this node answers a query for `key` with: a copy, or nothing.
+    pub fn holding(&self, key: &meshcache_store::StoreKey) -> meshcache_dcm::Holding {
+        if self.store.contains(key) {
+            meshcache_dcm::Holding::Fresh
+        } else {
+            meshcache_dcm::Holding::Nothing
+        }
+    }
 }
 
 /// Builds every node of the mesh `spec` describes.

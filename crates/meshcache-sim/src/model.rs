@@ -430,12 +430,7 @@ impl ModelParams {
                 known: table.keys().cloned().collect::<Vec<_>>().join(", "),
             });
         }
-        let parsed = format!("v = {value}")
-            .parse::<toml::Table>()
-            .ok()
-            .and_then(|mut t| t.remove("v"))
-            .unwrap_or_else(|| toml::Value::String(value.trim().to_string()));
-        table.insert(key.to_string(), parsed);
+        table.insert(key.to_string(), crate::spec::toml_value(value));
         *self = toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| bad(e.message().to_string()))?;

@@ -366,6 +366,12 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
+/// An empty client-latency histogram: microseconds, 1 µs to an hour, 3 significant digits
+/// (longer latencies are recorded as an hour).
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
+}
+
 /// Assembles the report of a finished (or interrupted) run.
 #[allow(clippy::too_many_arguments)]
 pub fn build(

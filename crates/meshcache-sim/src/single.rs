@@ -10,9 +10,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use hdrhistogram::Histogram;
-use meshcache_store::StoreEvent;
-
 use crate::engine::{ns, wire, Control};
 use crate::mesh::{self, Body, Node};
 use crate::results::{self, Classified, Outcome, Results, Traffic};
@@ -41,7 +38,7 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
     let cpu_request = ns(net.cpu_request);
     let cpu_per_kib = ns(net.cpu_per_kib);
     let mut classified = Classified::default();
-    let mut latency = Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds");
+    let mut latency = results::latency_histogram();
     let mut now: u64 = 0;
     let mut interrupted = false;
     // One body per object, shared by its copies in the store over time (no allocation per
@@ -82,10 +79,7 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
                     }
                 };
                 if let Ok(events) = node.store.insert(obj.key, body) {
-                    node.stats.evictions += events
-                        .iter()
-                        .filter(|e| matches!(e, StoreEvent::Evicted { .. }))
-                        .count() as u64;
+                    node.stats.evicted(&events);
                 }
             }
             Outcome::Miss

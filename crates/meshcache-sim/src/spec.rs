@@ -366,6 +366,16 @@ impl Default for ReplaySpec {
     }
 }
 
+/// A value given on the command line (`--set KEY=VALUE`): a TOML value (`64`, `"1 GiB"`,
+/// `true`), or else the text itself as a string (`summary`, `20KiB`).
+pub fn toml_value(text: &str) -> toml::Value {
+    format!("v = {text}")
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(text.trim().to_owned()))
+}
+
 impl SimSpec {
     /// Parses a spec from TOML; unknown keys are errors.
     pub fn from_toml(text: &str) -> Result<SimSpec, String> {

@@ -1,45 +1,14 @@
 //! The directory protocol (dbDCM) in the simulator: exact message counts by hand, and the
 //! directory paper's scaling claim.
 
-use std::sync::atomic::AtomicBool;
-
-use meshcache_sim::spec::{NetSpec, Protocol, Replay};
-use meshcache_sim::{Control, Results, SimSpec, Trace};
+use meshcache_sim::spec::{Protocol, Replay};
+use meshcache_sim::{Results, SimSpec, Trace};
 use meshcache_store::StoreKey;
 use meshcache_workload::generate::{generate, Benchmark, WorkloadSpec};
 use meshcache_workload::Request;
 
-fn run(spec: &SimSpec, trace: &Trace) -> Results {
-    let stop = AtomicBool::new(false);
-    let mut progress = |_| {};
-    meshcache_sim::run(
-        spec,
-        trace,
-        Control {
-            stop: &stop,
-            progress: &mut progress,
-        },
-    )
-    .expect("runs")
-}
-
-fn req(client: u32, url: &str) -> Request {
-    Request {
-        time_ms: 0,
-        client,
-        size: 1000,
-        url: url.into(),
-    }
-}
-
-fn serial(caches: u32, protocol: Protocol) -> SimSpec {
-    let mut spec = SimSpec::default();
-    spec.mesh.caches = caches;
-    spec.protocol.name = protocol;
-    spec.net = NetSpec::instant();
-    spec.replay.mode = Replay::Serial;
-    spec
-}
+mod common;
+use common::{req, run, serial};
 
 /// The `n`-th URL (of `http://h/<prefix><i>`) whose directory entry the leaf `owner` keeps
 /// in a mesh of four.

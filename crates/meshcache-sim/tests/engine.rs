@@ -2,42 +2,13 @@
 
 use std::sync::atomic::AtomicBool;
 
-use meshcache_sim::spec::{NetSpec, Protocol, Replay};
+use meshcache_sim::spec::{Protocol, Replay};
 use meshcache_sim::{Control, Results, SimSpec, Trace};
 use meshcache_workload::generate::{generate, Benchmark, WorkloadSpec};
 use meshcache_workload::Request;
 
-fn run(spec: &SimSpec, trace: &Trace) -> Results {
-    let stop = AtomicBool::new(false);
-    let mut progress = |_| {};
-    meshcache_sim::run(
-        spec,
-        trace,
-        Control {
-            stop: &stop,
-            progress: &mut progress,
-        },
-    )
-    .expect("runs")
-}
-
-fn req(client: u32, url: &str) -> Request {
-    Request {
-        time_ms: 0,
-        client,
-        size: 1000,
-        url: url.into(),
-    }
-}
-
-fn serial(caches: u32, protocol: Protocol) -> SimSpec {
-    let mut spec = SimSpec::default();
-    spec.mesh.caches = caches;
-    spec.protocol.name = protocol;
-    spec.net = NetSpec::instant();
-    spec.replay.mode = Replay::Serial;
-    spec
-}
+mod common;
+use common::{req, run, serial};
 
 /// Four siblings, one request at a time: every outcome and message is known in advance.
 #[test]

@@ -1,42 +1,15 @@
 //! The multicast search (the Berkeley protocol) in the simulator: exact message counts and
 //! waits by hand.
 
-use std::sync::atomic::AtomicBool;
+use meshcache_sim::spec::{MulticastMode, Protocol};
+use meshcache_sim::{SimSpec, Trace};
 
-use meshcache_sim::spec::{MulticastMode, NetSpec, Protocol, Replay};
-use meshcache_sim::{Control, Results, SimSpec, Trace};
-use meshcache_workload::Request;
-
-fn run(spec: &SimSpec, trace: &Trace) -> Results {
-    let stop = AtomicBool::new(false);
-    let mut progress = |_| {};
-    meshcache_sim::run(
-        spec,
-        trace,
-        Control {
-            stop: &stop,
-            progress: &mut progress,
-        },
-    )
-    .expect("runs")
-}
-
-fn req(client: u32, url: &str) -> Request {
-    Request {
-        time_ms: 0,
-        client,
-        size: 1000,
-        url: url.into(),
-    }
-}
+mod common;
+use common::{req, run};
 
 fn serial(mode: MulticastMode) -> SimSpec {
-    let mut spec = SimSpec::default();
-    spec.mesh.caches = 4;
-    spec.protocol.name = Protocol::Multicast;
+    let mut spec = common::serial(4, Protocol::Multicast);
     spec.protocol.multicast_mode = mode;
-    spec.net = NetSpec::instant();
-    spec.replay.mode = Replay::Serial;
     spec
 }
 

@@ -1,29 +1,17 @@
 //! Summary Cache (`summary`) and Cache Digests (`digest`): hand-checkable cases, then the
 //! Summary Cache paper's claims at small scale and at 100 caches.
 
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytesize::ByteSize;
 use meshcache_sim::results::SummaryReport;
-use meshcache_sim::spec::{NetSpec, Protocol, Replay};
-use meshcache_sim::{Control, Results, SimSpec, Trace};
+use meshcache_sim::spec::Protocol;
+use meshcache_sim::{Results, SimSpec, Trace};
 use meshcache_workload::generate::{generate, Benchmark, WorkloadSpec};
 use meshcache_workload::Request;
 
-fn run(spec: &SimSpec, trace: &Trace) -> Results {
-    let stop = AtomicBool::new(false);
-    let mut progress = |_| {};
-    meshcache_sim::run(
-        spec,
-        trace,
-        Control {
-            stop: &stop,
-            progress: &mut progress,
-        },
-    )
-    .expect("runs")
-}
+mod common;
+use common::run;
 
 /// A 1000-byte request for `url` by `client` at `time_ms`.
 fn req(time_ms: u64, client: u32, url: &str) -> Request {
@@ -39,12 +27,8 @@ fn req(time_ms: u64, client: u32, url: &str) -> Request {
 /// 100 KiB: the summary is sized for 100 documents (the least), so with the 1 % threshold each
 /// new document makes an update.
 fn serial(caches: u32, protocol: Protocol) -> SimSpec {
-    let mut spec = SimSpec::default();
-    spec.mesh.caches = caches;
+    let mut spec = common::serial(caches, protocol);
     spec.mesh.cache_size = ByteSize::kib(100);
-    spec.protocol.name = protocol;
-    spec.net = NetSpec::instant();
-    spec.replay.mode = Replay::Serial;
     spec
 }
 

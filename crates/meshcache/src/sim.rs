@@ -160,10 +160,7 @@ pub(crate) fn load_spec(input: &Input, extra: &[(String, String)]) -> anyhow::Re
 
 /// Sets the dotted `key` of `table` to `value` (a TOML value, or else a string).
 fn set(table: &mut toml::Table, key: &str, value: &str) -> anyhow::Result<()> {
-    let parsed: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(value.to_owned()));
+    let parsed = meshcache_sim::spec::toml_value(value);
     let mut parts: Vec<&str> = key.split('.').collect();
     let Some(last) = parts.pop() else {
         bail!("--set: empty key");

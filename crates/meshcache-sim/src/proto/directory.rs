@@ -22,13 +22,13 @@
 use std::net::{SocketAddr, SocketAddrV4};
 
 use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing, ENTRY_BYTES};
-use meshcache_dcm::icp::{answer, Holding};
-use meshcache_dcm::{PeerId, Reply, ReplyKind, Role, Route};
+use meshcache_dcm::icp::answer;
+use meshcache_dcm::{PeerId, Role, Route};
 use meshcache_store::StoreEvent;
 use meshcache_wire::directory::{DEFAULT_BATCH_LEN, KEY_LEN, NODE_ADDR_LEN};
 use meshcache_wire::icp::HEADER_LEN;
 
-use super::Msg;
+use super::{IcpReply, Msg};
 use crate::engine::{ns, Ev, Sim};
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
 use crate::results::Kind;
@@ -275,7 +275,8 @@ fn send(sim: &mut Sim<'_>, node: NodeIx, obj: Option<u32>, sends: Vec<Outgoing>,
                     None => {
                         let peer = sim.nodes[node as usize].mesh.peer_at(SocketAddr::V4(to));
                         if let Some(peer) = peer {
-                            sim.send_icp_queries(node, obj, reqnum, &[peer], t);
+                            let query = [(peer, SocketAddr::V4(to))];
+                            sim.send_icp_queries(node, obj, reqnum, &query, t);
                         }
                     }
                     Some(requester) => {
@@ -323,11 +324,7 @@ fn answer_query(
     let trace = sim.trace;
     let n = &mut sim.nodes[node as usize];
     let asker = n.mesh.on_query(reply_to, false);
-    let holding = if n.store.contains(&trace.objects[obj as usize].key) {
-        Holding::Fresh
-    } else {
-        Holding::Nothing
-    };
+    let holding = n.holding(&trace.objects[obj as usize].key);
     let kind = answer(asker, holding);
     let Some(to) = node_at(reply_to) else { return };
     sim.send_icp_reply(node, to, obj, reqnum, kind, t);
@@ -403,38 +400,20 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
 
 /// An ICP reply of `kind` for `obj` (search `reqnum`) reached `to` from `from`: the
 /// directory's if it is one of its searches, else ICP's (`coop::respond`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn on_icp_reply(
-    sim: &mut Sim<'_>,
-    to: NodeIx,
-    from: NodeIx,
-    obj: u32,
-    reqnum: u32,
-    kind: ReplyKind,
-    t: u64,
-) {
-    let trace = sim.trace;
-    let at = sim.at(sim.now);
-    let reply = Reply {
-        kind,
-        reqnum,
-        url: &trace.objects[obj as usize].url,
-        src_rtt_ms: None,
-    };
-    let from = icp_addr(from);
-    let mesh = &mut sim.nodes[to as usize].mesh;
-    let mine = sim
-        .proto
-        .directory
-        .get_mut(to as usize)
-        .and_then(|d| d.dir.on_reply(at, mesh, from, reply));
-    let decided = match mine {
-        Some(route) => route.map(|r| (reqnum, r)),
-        None => mesh.on_reply(at, from, reply),
-    };
-    if let Some((reqnum, route)) = decided {
-        sim.decided(to, reqnum, route, t);
-    }
+pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, reply: IcpReply, t: u64) {
+    super::route_icp_reply(
+        sim,
+        to,
+        from,
+        reply,
+        t,
+        |state, node, at, mesh, from, reply| {
+            state
+                .directory
+                .get_mut(node)
+                .and_then(|d| d.dir.on_reply(at, mesh, from, reply))
+        },
+    );
 }
 
 /// The deadline of search `reqnum` at `node` passed.

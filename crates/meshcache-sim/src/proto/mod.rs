@@ -5,11 +5,14 @@
 //! `multicast.rs`): the search of a miss, a datagram, a deadline, the store's events, a peer
 //! that did not have what it was asked for, and timers.
 
-use meshcache_dcm::{PeerId, ReplyKind, Route};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use meshcache_dcm::{IcpMesh, PeerId, Reply, ReplyKind, Route};
 use meshcache_store::StoreEvent;
 
 use crate::engine::Sim;
-use crate::mesh::{Node, NodeIx};
+use crate::mesh::{icp_addr, Node, NodeIx};
 use crate::spec::{Protocol, SimSpec};
 
 mod directory;
@@ -91,11 +94,58 @@ pub(crate) fn on_icp_reply(
     kind: ReplyKind,
     t: u64,
 ) {
+    let reply = IcpReply { obj, reqnum, kind };
     match sim.spec.protocol.name {
-        Protocol::Directory => directory::on_icp_reply(sim, to, from, obj, reqnum, kind, t),
-        Protocol::Multicast => multicast::on_icp_reply(sim, to, from, obj, reqnum, kind, t),
-        Protocol::Summary => summary::on_icp_reply(sim, to, from, obj, reqnum, kind, t),
+        Protocol::Directory => directory::on_icp_reply(sim, to, from, reply, t),
+        Protocol::Multicast => multicast::on_icp_reply(sim, to, from, reply, t),
+        Protocol::Summary => summary::on_icp_reply(sim, to, from, reply, t),
         _ => {}
+    }
+}
+
+/// An ICP reply as it arrived: for `obj`, echoing search `reqnum`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IcpReply {
+    pub(crate) obj: u32,
+    pub(crate) reqnum: u32,
+    pub(crate) kind: ReplyKind,
+}
+
+/// Routes an ICP reply that reached `to` from `from`: to the protocol's own search if `mine`
+/// (given the protocols' state, the node's index, the time, its peer table, the sender's
+/// address and the reply) says it is one of its searches — `Some` of its decision, if any —
+/// else to ICP's search, as the proxy's reply handling does.
+pub(crate) fn route_icp_reply(
+    sim: &mut Sim<'_>,
+    to: NodeIx,
+    from: NodeIx,
+    reply: IcpReply,
+    t: u64,
+    mine: impl FnOnce(
+        &mut State,
+        usize,
+        Instant,
+        &mut IcpMesh,
+        SocketAddr,
+        Reply<'_>,
+    ) -> Option<Option<Route>>,
+) {
+    let trace = sim.trace;
+    let at = sim.at(sim.now);
+    let icp = Reply {
+        kind: reply.kind,
+        reqnum: reply.reqnum,
+        url: &trace.objects[reply.obj as usize].url,
+        src_rtt_ms: None,
+    };
+    let from = icp_addr(from);
+    let mesh = &mut sim.nodes[to as usize].mesh;
+    let decided = match mine(&mut sim.proto, to as usize, at, mesh, from, icp) {
+        Some(route) => route.map(|r| (reply.reqnum, r)),
+        None => mesh.on_reply(at, from, icp),
+    };
+    if let Some((reqnum, route)) = decided {
+        sim.decided(to, reqnum, route, t);
     }
 }
 

@@ -18,11 +18,10 @@
 //!
 //! Sizes are the proxy's datagrams': `meshcache_wire::multicast::query` and its ICP reply.
 
-use meshcache_dcm::icp::Holding;
 use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
-use meshcache_dcm::{Reply, ReplyKind, Route};
+use meshcache_dcm::{ReplyKind, Route};
 
-use super::Msg;
+use super::{IcpReply, Msg};
 use crate::engine::{ns, Payload, Sim};
 use crate::mesh::{icp_addr, node_at, Node, NodeIx};
 use crate::results::Kind;
@@ -101,11 +100,7 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: McMsg
     let trace = sim.trace;
     let url = &trace.objects[obj as usize].url;
     let n = &mut sim.nodes[to as usize];
-    let holding = if n.store.contains(&trace.objects[obj as usize].key) {
-        Holding::Fresh
-    } else {
-        Holding::Nothing
-    };
+    let holding = n.holding(&trace.objects[obj as usize].key);
     let Some(m) = sim.proto.multicast.get_mut(to as usize) else {
         return;
     };
@@ -123,38 +118,20 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: McMsg
 
 /// An ICP reply of `kind` for `obj` (search `reqnum`) reached `to` from `from`: the multicast
 /// search's if it is one of its searches (or a late HIT to one), else ICP's.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn on_icp_reply(
-    sim: &mut Sim<'_>,
-    to: NodeIx,
-    from: NodeIx,
-    obj: u32,
-    reqnum: u32,
-    kind: ReplyKind,
-    t: u64,
-) {
-    let trace = sim.trace;
-    let at = sim.at(sim.now);
-    let reply = Reply {
-        kind,
-        reqnum,
-        url: &trace.objects[obj as usize].url,
-        src_rtt_ms: None,
-    };
-    let from = icp_addr(from);
-    let mesh = &mut sim.nodes[to as usize].mesh;
-    let mine = sim
-        .proto
-        .multicast
-        .get_mut(to as usize)
-        .and_then(|m| m.on_reply(at, mesh, from, reply));
-    let decided = match mine {
-        Some(route) => route.map(|r| (reqnum, r)),
-        None => mesh.on_reply(at, from, reply),
-    };
-    if let Some((reqnum, route)) = decided {
-        sim.decided(to, reqnum, route, t);
-    }
+pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, reply: IcpReply, t: u64) {
+    super::route_icp_reply(
+        sim,
+        to,
+        from,
+        reply,
+        t,
+        |state, node, at, mesh, from, reply| {
+            state
+                .multicast
+                .get_mut(node)
+                .and_then(|m| m.on_reply(at, mesh, from, reply))
+        },
+    );
 }
 
 /// The deadline of search `reqnum` at `node` passed: the normal end of a miss.

@@ -44,12 +44,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use meshcache_dcm::summary::{LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
-use meshcache_dcm::{Outcome, PeerId, Reply, ReplyKind, Role, Route};
+use meshcache_dcm::{Outcome, PeerId, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
 use meshcache_summary::{CacheDigest, DigestError, Hashing};
 use meshcache_wire::summary as wire;
 use meshcache_wire::WireError;
 
+use super::IcpReply;
 use crate::engine::{ns, Ev, Sim};
 use crate::mesh::{self, icp_addr, Node, NodeIx};
 use crate::results::{Kind, SummaryReport};
@@ -244,40 +245,21 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     let search = n
         .mesh
         .begin_guided(at, &o.url, &o.host, true, |p| hits.contains(&p));
-    let peers: Vec<PeerId> = search.queries.iter().map(|(p, _)| *p).collect();
-    sim.send_icp_queries(node, obj, search.reqnum, &peers, t);
+    sim.send_icp_queries(node, obj, search.reqnum, &search.queries, t);
     sim.start_search(job, node, search.reqnum, search.outcome, t);
 }
 
 /// An ICP reply to a summary search (`respond`, reply branch): a MISS from a peer whose
 /// summary said "maybe" is a false hit; then the search machine takes it.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn on_icp_reply(
-    sim: &mut Sim<'_>,
-    to: NodeIx,
-    from: NodeIx,
-    obj: u32,
-    reqnum: u32,
-    kind: ReplyKind,
-    t: u64,
-) {
-    let at = sim.at(sim.now);
-    let url = &sim.trace.objects[obj as usize].url;
-    let n = &mut sim.nodes[to as usize];
-    if matches!(kind, ReplyKind::Miss | ReplyKind::MissNoFetch) {
-        if let Some(peer) = n.mesh.peer_at(icp_addr(from)) {
+pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, reply: IcpReply, t: u64) {
+    if matches!(reply.kind, ReplyKind::Miss | ReplyKind::MissNoFetch) {
+        if let Some(peer) = sim.nodes[to as usize].mesh.peer_at(icp_addr(from)) {
             sim.proto.summary[to as usize].peers.false_hit(peer);
         }
     }
-    let reply = Reply {
-        kind,
-        reqnum,
-        url,
-        src_rtt_ms: None,
-    };
-    if let Some((reqnum, route)) = n.mesh.on_reply(at, icp_addr(from), reply) {
-        sim.decided(to, reqnum, route, t);
-    }
+    // Summary Cache's queries are ICP's own searches.
+    super::route_icp_reply(sim, to, from, reply, t, |_, _, _, _, _, _| None);
 }
 
 /// `peer` answered 504 to `node`'s `only-if-cached` request. Digest routes list siblings only
