@@ -492,6 +492,31 @@ impl IcpMesh {
         route
     }
 
+    /// The route of a search whose replies were weighed outside this machine (the simulator's
+    /// aggregate model, which computes when each reply would arrive instead of delivering
+    /// them): `hit` is the peer whose HIT came first, else `best_miss` the parent whose MISS
+    /// ranked best; `timed_out` when the wait ended first. The same routes as
+    /// [`IcpMesh::on_reply`] and [`IcpMesh::on_deadline`] decide.
+    pub fn route_after(
+        &mut self,
+        now: Instant,
+        host: &str,
+        hit: Option<PeerId>,
+        best_miss: Option<PeerId>,
+        timed_out: bool,
+    ) -> Route {
+        match hit {
+            Some(id) => select::hit_route(&mut self.peers, id, host, now),
+            None => {
+                let first = best_miss.map(|peer| Hop::Peer {
+                    peer,
+                    code: HierCode::FirstParentMiss,
+                });
+                select::route(&mut self.peers, host, now, first, timed_out)
+            }
+        }
+    }
+
     /// The client went away; forget the search.
     pub fn abandon(&mut self, reqnum: u32) {
         self.pending.remove(&reqnum);

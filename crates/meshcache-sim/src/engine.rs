@@ -29,7 +29,7 @@ use meshcache_store::StoreEvent;
 
 use crate::mesh::{self, icp_addr, Node, NodeIx};
 use crate::results::{Classified, Kind, Results, Traffic};
-use crate::spec::{Protocol, Replay, SimSpec};
+use crate::spec::{IcpModel, Protocol, Replay, SimSpec};
 use crate::trace::Trace;
 
 /// Bytes of an ICP query for a URL of `url_len` bytes: header, requester field, URL, NUL
@@ -43,7 +43,7 @@ pub(crate) fn icp_reply_bytes(url_len: usize) -> u64 {
     (meshcache_wire::icp::HEADER_LEN + url_len + 1) as u64
 }
 /// IPv4 and UDP headers of a datagram.
-const UDP_IP: u64 = 28;
+pub(crate) const UDP_IP: u64 = 28;
 
 /// Where a response came from, as the requester sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,6 +109,8 @@ pub(crate) enum Ev {
     /// directory's renewal): the run ends when only these are left, and serial replay does
     /// not wait for them. Handled as a [`Ev::Tick`].
     Timer { node: NodeIx },
+    /// An aggregate ICP search ([`crate::fanout`]) is decided: `job` follows `route`.
+    Decided { job: u32, route: Route },
     /// A protocol's HTTP message (a summary or digest fetch, or its response, with `body`
     /// bytes) reaches `to`.
     Http {
@@ -141,12 +143,20 @@ pub(crate) enum Payload {
 /// per competing transfer rather than for whole objects and summaries. It still takes its
 /// share of the link, delaying the bulk behind it. Larger messages queue first come, first
 /// served.
+///
+/// The engine books a node's sends when it decides them, so one node's train of ICP queries is
+/// booked a millisecond ahead while another node's message may then enter the link earlier. A
+/// small message entering before the latest one booked does not wait for the gaps of that
+/// train: it waits for the work queued ahead of it (the backlog at the latest booking), and
+/// adds its own time to that backlog.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Link {
     /// When the bulk queue is next empty.
     bulk_free: u64,
     /// When the small-message queue is next empty.
     small_free: u64,
+    /// The latest time a small message entered.
+    small_last: u64,
 }
 
 /// The largest message that travels as one packet.
@@ -160,8 +170,13 @@ impl Link {
         }
         let tx = wire(bytes, bits_per_s);
         if bytes <= PACKET {
-            let done = t.max(self.small_free) + tx;
-            self.small_free = done;
+            let done = self.small_done(t, tx);
+            if t >= self.small_last {
+                self.small_free = done;
+                self.small_last = t;
+            } else {
+                self.small_free += tx;
+            }
             self.bulk_free = if self.bulk_free > t {
                 self.bulk_free + tx
             } else {
@@ -173,6 +188,82 @@ impl Link {
             self.bulk_free = done;
             done
         }
+    }
+
+    /// When a small message of `tx` entering at `t` would be out.
+    fn small_done(&self, t: u64, tx: u64) -> u64 {
+        if t >= self.small_last {
+            t.max(self.small_free) + tx
+        } else {
+            t + (self.small_free - self.small_last) + tx
+        }
+    }
+
+    /// When a message of `bytes` (at most a packet) entering at `t` would be out, without
+    /// booking it.
+    pub(crate) fn peek(&self, t: u64, bytes: u64, bits_per_s: u64) -> u64 {
+        if bits_per_s == 0 {
+            return t;
+        }
+        self.small_done(t, wire(bytes, bits_per_s))
+    }
+
+    /// Books `count` small messages of `bytes` each, entering from `first` to `last` on a
+    /// convex schedule (evenly spaced, or spaced by a queue upstream): the same as `count`
+    /// calls of [`Link::pass`], in closed form. Returns the train's start `b`: message `i`
+    /// (entering at `in_i`) is out at `max(b + (i + 1) tx, in_i + tx)` ([`Train::out`]).
+    pub(crate) fn book_train(
+        &mut self,
+        first: u64,
+        last: u64,
+        count: u64,
+        bytes: u64,
+        bits_per_s: u64,
+    ) -> Train {
+        if bits_per_s == 0 || count == 0 {
+            return Train { start: 0, tx: 0 };
+        }
+        let tx = wire(bytes, bits_per_s);
+        // The queue a message entering at `first` finds ahead of it.
+        let start = self.small_done(first, 0);
+        let train = Train { start, tx };
+        let done = train.out(count - 1, last);
+        self.bulk_free = if self.bulk_free > first {
+            self.bulk_free + count * tx
+        } else {
+            done
+        };
+        if last >= self.small_last {
+            self.small_free = (self.small_free + count * tx).max(done);
+            self.small_last = last;
+        } else {
+            self.small_free += count * tx;
+        }
+        train
+    }
+
+    /// Adds `work` ns of small messages whose times are not tracked one by one (replies to an
+    /// aggregate search): a link that was idle long enough absorbs it.
+    pub(crate) fn absorb(&mut self, work: u64) {
+        self.small_free += work;
+        self.bulk_free += work;
+    }
+}
+
+/// Where a train of small messages booked by [`Link::book_train`] leaves the link.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Train {
+    start: u64,
+    tx: u64,
+}
+
+impl Train {
+    /// When message `i`, which entered at `entered`, is out.
+    pub(crate) fn out(&self, i: u64, entered: u64) -> u64 {
+        if self.tx == 0 {
+            return entered;
+        }
+        (self.start + (i + 1) * self.tx).max(entered + self.tx)
     }
 }
 
@@ -225,13 +316,15 @@ pub struct Sim<'a> {
     /// searches decided long before may still be pending after it, and do not count).
     last_answer: u64,
     /// The shared network between proxies.
-    net: Link,
+    pub(crate) net: Link,
     origin_free: Vec<u64>,
     classified: Classified,
     pub(crate) traffic: Traffic,
     latency: Histogram<u64>,
     /// The protocol's own per-node state (summaries, directory, multicast).
     pub(crate) proto: crate::proto::State,
+    /// The aggregate ICP model's state, when it is the one chosen.
+    pub(crate) fanout: Option<crate::fanout::Fanout>,
 }
 
 pub(crate) fn ns(d: Duration) -> u64 {
@@ -251,6 +344,7 @@ impl<'a> Sim<'a> {
     /// A mesh built from `spec`, ready to replay `trace`.
     pub fn new(spec: &'a SimSpec, trace: &'a Trace) -> Sim<'a> {
         let nodes = mesh::build(spec);
+        let nodes_len = nodes.len();
         let proto = crate::proto::State::new(spec, &nodes);
         let mut per_client = vec![Vec::new(); trace.clients as usize];
         if spec.replay.mode == Replay::Closed {
@@ -289,6 +383,9 @@ impl<'a> Sim<'a> {
             classified: Classified::default(),
             traffic: Traffic::default(),
             latency: crate::results::latency_histogram(),
+            fanout: (spec.protocol.name == Protocol::Icp
+                && spec.protocol.icp_model == IcpModel::Aggregate)
+                .then(|| crate::fanout::Fanout::new(nodes_len)),
             proto,
         }
     }
@@ -341,6 +438,7 @@ impl<'a> Sim<'a> {
             self.handle(ev);
         }
         (control.progress)(self.classified.requests);
+        crate::fanout::settle_all(&mut self);
         let wall = wall.elapsed();
         let mut results = crate::results::build(
             self.spec,
@@ -394,6 +492,9 @@ impl<'a> Sim<'a> {
 
     /// Runs `cost` on `node`'s CPU from `t`: when it is done.
     pub(crate) fn cpu(&mut self, node: NodeIx, t: u64, cost: u64) -> u64 {
+        if self.fanout.is_some() {
+            crate::fanout::settle(self, node);
+        }
         let n = &mut self.nodes[node as usize];
         let start = t.max(n.cpu_free);
         n.cpu_free = start + cost;
@@ -403,6 +504,9 @@ impl<'a> Sim<'a> {
 
     /// Sends `bytes` from proxy `from` to proxy `to` at `t`: when they have all arrived.
     fn between(&mut self, from: NodeIx, t: u64, bytes: u64) -> u64 {
+        if self.fanout.is_some() {
+            crate::fanout::settle(self, from);
+        }
         let net = &self.spec.net;
         let sent = self.nodes[from as usize]
             .nic
@@ -545,6 +649,7 @@ impl<'a> Sim<'a> {
             Ev::Arrive { job } => self.arrive(job),
             Ev::Datagram { to, from, payload } => self.datagram(to, from, payload),
             Ev::Deadline { node, reqnum } => self.deadline(node, reqnum),
+            Ev::Decided { job, route } => self.follow(job, route, self.now),
             Ev::Response { job, served } => self.response(job, served),
             Ev::ClientDone { req, served, node } => self.client_done(req, served, node),
             Ev::Tick { node } | Ev::Timer { node } => crate::proto::on_tick(self, node),
@@ -631,6 +736,10 @@ impl<'a> Sim<'a> {
         }
         if !matches!(self.spec.protocol.name, Protocol::None | Protocol::Icp) {
             crate::proto::search(self, job, node, obj_ix, t);
+            return;
+        }
+        if self.fanout.is_some() {
+            crate::fanout::search(self, job, node, obj_ix, t);
             return;
         }
         let search = n.mesh.begin(at, &obj.url, &obj.host, true);
@@ -741,7 +850,8 @@ impl<'a> Sim<'a> {
             Payload::IcpQuery { obj, reqnum } => {
                 let o = &self.trace.objects[obj as usize];
                 let n = &mut self.nodes[to as usize];
-                let asker = n.mesh.on_query(icp_addr(from), false);
+                // A parent answers its children (the proxy's `icp_allow`).
+                let asker = n.mesh.on_query(icp_addr(from), n.is_parent);
                 let holding = n.holding(&o.key);
                 let kind = answer(asker, holding);
                 self.send_icp_reply(to, from, obj, reqnum, kind, t);
@@ -848,7 +958,8 @@ impl<'a> Sim<'a> {
         self.decided(node, reqnum, route.unwrap_or_else(Route::direct), self.now);
     }
 
-    fn follow(&mut self, job: u32, route: Route, t: u64) {
+    /// `job` tries the hops of `route` in order, from `t`.
+    pub(crate) fn follow(&mut self, job: u32, route: Route, t: u64) {
         let j = self.job_mut(job);
         j.hops = route.hops;
         j.next = 0;
@@ -939,6 +1050,9 @@ impl<'a> Sim<'a> {
             }
         }
         n.stats.evicted(&events);
+        if let Some(f) = self.fanout.as_mut() {
+            f.on_store_events(node, &events);
+        }
         crate::proto::on_store_events(self, node, r.obj, &events, t);
         let n = &mut self.nodes[node as usize];
         let followers = n.fetching.remove(&r.obj).unwrap_or_default();
@@ -1037,5 +1151,45 @@ mod tests {
         // Bulk waits for the small messages queued before it; nothing is free of charge.
         assert_eq!(link.pass(0, 2_000, 8_000_000), 4_000_000);
         assert_eq!(Link::default().pass(7, 1 << 30, 0), 7, "unlimited");
+    }
+
+    #[test]
+    fn a_message_entering_early_does_not_wait_for_a_train_booked_ahead() {
+        // 8 Mb/s: 100 bytes take 100 µs. A train of 10 booked from 0 to 9 ms, one a ms.
+        let mut link = Link::default();
+        for i in 0..10 {
+            link.pass(i * 1_000_000, 100, 8_000_000);
+        }
+        // Another node's message at 0.5 ms waits for no gap of that train.
+        assert_eq!(link.pass(500_000, 100, 8_000_000), 700_000);
+    }
+
+    proptest::proptest! {
+        /// A booked train leaves as the same messages passed one by one would.
+        #[test]
+        fn a_train_is_its_messages_one_by_one(
+            earlier in 0u64..2,
+            first in 0u64..3_000_000,
+            spacing in 0u64..400_000,
+            count in 1u64..40,
+            bytes in 1u64..1500,
+            bulk in proptest::bool::ANY,
+        ) {
+            let bps = 8_000_000;
+            let mut before = Link::default();
+            // Something already queued: a bulk transfer or a small message.
+            before.pass(earlier, if bulk { 100_000 } else { 600 }, bps);
+            let mut one_by_one = before;
+            let outs: Vec<u64> = (0..count)
+                .map(|i| one_by_one.pass(first + i * spacing, bytes, bps))
+                .collect();
+            let mut booked = before;
+            let train = booked.book_train(first, first + (count - 1) * spacing, count, bytes, bps);
+            for (i, out) in outs.iter().enumerate() {
+                proptest::prop_assert_eq!(train.out(i as u64, first + i as u64 * spacing), *out);
+            }
+            proptest::prop_assert_eq!(booked.small_free, one_by_one.small_free);
+            proptest::prop_assert_eq!(booked.small_last, one_by_one.small_last);
+        }
     }
 }

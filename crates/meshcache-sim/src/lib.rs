@@ -6,6 +6,7 @@
 //! virtual clock, with thousands of virtual caches. No tokio, no sockets: time is a number.
 
 pub mod engine;
+mod fanout;
 pub mod mesh;
 pub mod model;
 pub mod plot;

@@ -119,40 +119,23 @@ pub struct Traffic {
 impl Traffic {
     /// Counts one message of `kind` with `bytes` of payload.
     pub fn count(&mut self, kind: Kind, bytes: u64) {
-        match kind {
-            Kind::IcpQuery => {
-                self.icp_queries += 1;
-                self.icp_bytes += bytes;
-            }
-            Kind::IcpReply => {
-                self.icp_replies += 1;
-                self.icp_bytes += bytes;
-            }
-            Kind::PeerHttp => {
-                self.peer_http += 1;
-                self.peer_http_bytes += bytes;
-            }
-            Kind::Summary => {
-                self.summary_messages += 1;
-                self.summary_bytes += bytes;
-            }
-            Kind::SummaryFetch => {
-                self.summary_fetches += 1;
-                self.summary_fetch_bytes += bytes;
-            }
-            Kind::Digest => {
-                self.digest_fetches += 1;
-                self.digest_bytes += bytes;
-            }
-            Kind::Directory => {
-                self.directory_messages += 1;
-                self.directory_bytes += bytes;
-            }
-            Kind::Multicast => {
-                self.multicast_messages += 1;
-                self.multicast_bytes += bytes;
-            }
-        }
+        self.count_many(kind, 1, bytes);
+    }
+
+    /// Counts `n` messages of `kind` with `bytes` of payload each.
+    pub fn count_many(&mut self, kind: Kind, n: u64, bytes: u64) {
+        let (messages, total) = match kind {
+            Kind::IcpQuery => (&mut self.icp_queries, &mut self.icp_bytes),
+            Kind::IcpReply => (&mut self.icp_replies, &mut self.icp_bytes),
+            Kind::PeerHttp => (&mut self.peer_http, &mut self.peer_http_bytes),
+            Kind::Summary => (&mut self.summary_messages, &mut self.summary_bytes),
+            Kind::SummaryFetch => (&mut self.summary_fetches, &mut self.summary_fetch_bytes),
+            Kind::Digest => (&mut self.digest_fetches, &mut self.digest_bytes),
+            Kind::Directory => (&mut self.directory_messages, &mut self.directory_bytes),
+            Kind::Multicast => (&mut self.multicast_messages, &mut self.multicast_bytes),
+        };
+        *messages += n;
+        *total += n * bytes;
     }
 
     /// The response to a peer's HTTP request: `bytes` more between caches.

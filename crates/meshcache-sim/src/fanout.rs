@@ -1,0 +1,355 @@
+//! The aggregate ICP model (`protocol.icp_model = "aggregate"`): a search's queries and
+//! replies are computed together, when the search starts, instead of travelling as one event
+//! per datagram.
+//!
+//! A 100-cache ICP mesh sends 2 × 99 datagrams per miss; as events they bound the simulator
+//! to a few million datagrams, tens of thousands of requests, per second. Most of those
+//! datagrams decide nothing: the search ends at the first HIT, or after the last MISS. So this
+//! model works out only the replies that can decide — the holders' (from an index of which
+//! node holds what, kept from the stores' events) and, when no HIT comes, the last target's
+//! and the parents' — from the same sending order, CPU, interface and network model as the
+//! per-datagram engine, and charges every other responder its CPU and interface time as
+//! background work that its next busy period absorbs (a node idle long enough absorbs it
+//! entirely). The route is decided by the node's `IcpMesh` ([`IcpMesh::route_after`]), as
+//! the proxy decides it.
+//!
+//! What is the same as the per-datagram engine: which peers are asked (every sibling, and the
+//! parents when at least two may serve the host), who answers HIT, which HIT wins when the
+//! mesh is idle (the first holder in query order), the fallback to the best parent or the
+//! origin, the wait of a node that has not heard from its peers yet, the deadline, and every
+//! count (datagrams and bytes by kind, per node sent and received, CPU). What is approximated:
+//! a responder's reply is timed against its backlog when the search starts (the per-datagram
+//! engine sees its backlog when the query arrives, some hundreds of µs later); responders
+//! that decide nothing are assumed no busier than the last target; peers' ICP counters and
+//! round-trip times in the `IcpMesh` tables are not kept per peer (one running round trip
+//! per node sets the deadline). `tests/engine.rs` checks the agreement.
+//!
+//! [`IcpMesh::route_after`]: meshcache_dcm::IcpMesh::route_after
+
+use meshcache_dcm::PeerId;
+use meshcache_store::{StoreEvent, StoreKey};
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::engine::{icp_query_bytes, icp_reply_bytes, ns, Ev, Sim, UDP_IP};
+use crate::mesh::NodeIx;
+use crate::results::Kind;
+
+/// The aggregate model's state.
+#[derive(Default)]
+pub(crate) struct Fanout {
+    /// Which nodes hold each object, in the order they stored it.
+    holders: FxHashMap<StoreKey, SmallVec<[NodeIx; 2]>>,
+    /// Background work every leaf owes for answering its siblings' searches, summed over all
+    /// searches so far: CPU ns, interface ns, datagrams received (one sent back for each).
+    shared: Owed,
+    /// Per node: how much of `shared` it has taken on (or was never asked: its own searches),
+    /// and what it owes on its own (a parent's answers, a node's replies to read).
+    nodes: Vec<NodeOwed>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Owed {
+    /// CPU, ns.
+    cpu: u64,
+    /// Interface time, ns.
+    nic: u64,
+    /// Queries answered (one datagram in, one out).
+    answered: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct NodeOwed {
+    /// The part of [`Fanout::shared`] already settled (or not owed).
+    taken: Owed,
+    /// Work of its own not yet settled.
+    own: Owed,
+    /// Replies to its own searches it read, not yet counted.
+    replies_read: u64,
+    /// Queries it sent, not yet counted.
+    queries_sent: u64,
+    /// When it has heard from its peers (its first search's replies are in): before that, a
+    /// search sends its queries but does not wait, as `IcpMesh` does for peers not yet alive.
+    alive_from: Option<u64>,
+    /// Running mean ICP round trip, ms (over at most 50 searches, as Squid and `Peer`
+    /// average), and its sample count.
+    rtt_ms: Option<u32>,
+    rtt_samples: u32,
+}
+
+impl Fanout {
+    pub(crate) fn new(nodes: usize) -> Fanout {
+        Fanout {
+            nodes: vec![NodeOwed::default(); nodes],
+            ..Fanout::default()
+        }
+    }
+
+    /// Keeps the holder index up to date with `node`'s store events.
+    pub(crate) fn on_store_events(&mut self, node: NodeIx, events: &[StoreEvent]) {
+        for e in events {
+            let key = e.key();
+            if e.is_admission() {
+                let list = self.holders.entry(key).or_default();
+                if !list.contains(&node) {
+                    list.push(node);
+                }
+            } else if let Some(list) = self.holders.get_mut(&key) {
+                list.retain(|n| *n != node);
+                if list.is_empty() {
+                    self.holders.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Takes on what `node` owes: CPU and interface time as backlog (absorbed by idle time since
+/// its CPU or interface was last free), datagrams as counts.
+pub(crate) fn settle(sim: &mut Sim<'_>, node: NodeIx) {
+    let Some(f) = sim.fanout.as_mut() else {
+        return;
+    };
+    let n = &mut f.nodes[node as usize];
+    let leaf = node < sim.spec.mesh.caches && sim.spec.mesh.siblings;
+    let mut due = n.own;
+    n.own = Owed::default();
+    if leaf {
+        due.cpu += f.shared.cpu - n.taken.cpu;
+        due.nic += f.shared.nic - n.taken.nic;
+        due.answered += f.shared.answered - n.taken.answered;
+        n.taken = f.shared;
+    }
+    let read = std::mem::take(&mut n.replies_read);
+    let sent = std::mem::take(&mut n.queries_sent);
+    if due.cpu == 0 && due.nic == 0 && due.answered == 0 && read == 0 && sent == 0 {
+        return;
+    }
+    let node = &mut sim.nodes[node as usize];
+    node.cpu_free += due.cpu;
+    node.stats.cpu_ns += due.cpu;
+    node.nic.absorb(due.nic);
+    node.stats.datagrams_received += due.answered + read;
+    node.stats.datagrams_sent += due.answered + sent;
+}
+
+/// Settles every node (before the results are read).
+pub(crate) fn settle_all(sim: &mut Sim<'_>) {
+    for node in 0..sim.nodes.len() {
+        settle(sim, node as NodeIx);
+    }
+}
+
+/// One target of a search: the peer in `node`'s table, and the node behind it.
+#[derive(Clone, Copy)]
+struct Target {
+    peer: PeerId,
+    node: NodeIx,
+    /// Its place in the order queries are sent.
+    index: u64,
+}
+
+/// An ICP search for `job`'s object `obj`, a miss at `node` whose request was handled at `t`:
+/// queries booked, the deciding replies timed, the route followed when it is decided.
+pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
+    let trace = sim.trace;
+    let o = &trace.objects[obj as usize];
+    let at = sim.at(t);
+    let caches = sim.spec.mesh.caches;
+    let n = &sim.nodes[node as usize];
+    let peers = n.mesh.peers();
+    // Siblings (every other leaf, in table order), then the parents that may serve the host.
+    let siblings = if node < caches && sim.spec.mesh.siblings {
+        u64::from(caches - 1)
+    } else {
+        0
+    };
+    let parents: SmallVec<[Target; 4]> =
+        meshcache_dcm::select::eligible_parents(peers, &o.host, at)
+            .into_iter()
+            .filter(|id| peers[id.0].spec.queried())
+            .enumerate()
+            .map(|(k, peer)| Target {
+                peer,
+                node: n.peer_nodes[peer.0],
+                index: siblings + k as u64,
+            })
+            .collect();
+    if siblings == 0 && parents.len() < 2 {
+        // Nothing to ask whose answer could change the route.
+        let route = sim.nodes[node as usize]
+            .mesh
+            .route_after(at, &o.host, None, None, false);
+        sim.follow(job, route, t);
+        return;
+    }
+    let count = siblings + parents.len() as u64;
+    let net = &sim.spec.net;
+    let (c, lat) = (ns(net.cpu_datagram), ns(net.latency));
+    let (proxy_bw, net_bw) = (net.proxy_bandwidth, net.network_bandwidth);
+    let query = icp_query_bytes(o.url.len());
+    let reply = icp_reply_bytes(o.url.len());
+
+    // The queries leave one after the other: CPU, the node's interface, the shared network.
+    let sent_last = sim.cpu(node, t, count * c);
+    let sent = |i: u64| sent_last - (count - 1 - i) * c;
+    let nic = sim.nodes[node as usize].nic.book_train(
+        sent(0),
+        sent_last,
+        count,
+        query + UDP_IP,
+        proxy_bw,
+    );
+    let left = |i: u64| nic.out(i, sent(i));
+    let wire = sim
+        .net
+        .book_train(left(0), left(count - 1), count, query + UDP_IP, net_bw);
+    let arrives = |i: u64| wire.out(i, left(i)) + lat;
+
+    // When the reply of target `i` at `to` is read at `node` (two datagrams of CPU there:
+    // the query in, the reply out).
+    let replied = |sim: &mut Sim<'_>, i: u64, to: NodeIx| -> u64 {
+        settle(sim, to);
+        let r = &sim.nodes[to as usize];
+        let answered = arrives(i).max(r.cpu_free) + 2 * c;
+        let out = r.nic.peek(answered, reply + UDP_IP, proxy_bw);
+        let crossed = sim.net.peek(out, reply + UDP_IP, net_bw) + lat;
+        crossed.max(sim.nodes[node as usize].cpu_free) + c
+    };
+
+    // Which targets hold the object.
+    let target_of = |h: NodeIx| -> Option<Target> {
+        if h < caches {
+            (siblings > 0 && h != node).then(|| {
+                let index = u64::from(if h < node { h } else { h - 1 });
+                Target {
+                    peer: PeerId(index as usize),
+                    node: h,
+                    index,
+                }
+            })
+        } else {
+            parents.iter().copied().find(|p| p.node == h)
+        }
+    };
+    let f = sim.fanout.as_ref().expect("aggregate model");
+    let holding: SmallVec<[Target; 4]> = f
+        .holders
+        .get(&o.key)
+        .map(|hs| hs.iter().filter_map(|&h| target_of(h)).collect())
+        .unwrap_or_default();
+    let mut first_hit: Option<(u64, Target)> = None;
+    for h in holding {
+        let when = replied(sim, h.index, h.node);
+        if first_hit.is_none_or(|(w, f)| (when, h.index) < (w, f.index)) {
+            first_hit = Some((when, h));
+        }
+    }
+    // Without a HIT: the last reply, and the parents' MISSes ranked as `IcpMesh` ranks them.
+    let last = Target {
+        peer: PeerId(0),
+        node: if siblings > 0 {
+            let i = count - 1 - parents.len() as u64;
+            // Sibling index `i`, as `target_of` numbers them.
+            let n = i as NodeIx;
+            if n >= node {
+                n + 1
+            } else {
+                n
+            }
+        } else {
+            parents[parents.len() - 1].node
+        },
+        index: if siblings > 0 {
+            siblings - 1
+        } else {
+            count - 1
+        },
+    };
+    let mut all_in = replied(sim, last.index, last.node);
+    let mut misses: SmallVec<[(u64, u64, PeerId); 4]> = SmallVec::new();
+    for p in &parents {
+        let when = replied(sim, p.index, p.node);
+        all_in = all_in.max(when);
+        let weight = u64::from(
+            sim.nodes[node as usize].mesh.peers()[p.peer.0]
+                .spec
+                .weight
+                .max(1),
+        );
+        misses.push((when, (when - t) / 1_000 / weight, p.peer));
+    }
+
+    // Everyone's work: each target answers (two datagrams of CPU, a reply on its interface),
+    // the node reads every reply, the shared network carries the replies.
+    let reply_tx = crate::engine::wire(reply + UDP_IP, proxy_bw);
+    let f = sim.fanout.as_mut().expect("aggregate model");
+    if siblings > 0 {
+        f.shared.cpu += 2 * c;
+        f.shared.nic += reply_tx;
+        f.shared.answered += 1;
+        let me = &mut f.nodes[node as usize];
+        me.taken.cpu += 2 * c;
+        me.taken.nic += reply_tx;
+        me.taken.answered += 1;
+    }
+    for p in &parents {
+        let owed = &mut f.nodes[p.node as usize].own;
+        owed.cpu += 2 * c;
+        owed.nic += reply_tx;
+        owed.answered += 1;
+    }
+    let me = &mut f.nodes[node as usize];
+    me.own.cpu += count * c;
+    me.replies_read += count;
+    me.queries_sent += count;
+    let alive = me.alive_from.is_some_and(|from| from <= t);
+    if me.alive_from.is_none() {
+        me.alive_from = Some(all_in);
+    }
+    // The deadline: twice the mean round trip, within the floor and the ceiling.
+    let spec = &sim.spec.protocol;
+    let wait = match me.rtt_ms {
+        Some(ms) => std::time::Duration::from_millis(2 * u64::from(ms))
+            .clamp(spec.icp_timeout_floor, spec.icp_timeout_ceiling),
+        None => spec.icp_timeout_ceiling,
+    };
+    let rtt = std::time::Duration::from_nanos(all_in - t);
+    let ms = u32::try_from(rtt.as_millis()).unwrap_or(u32::MAX).max(1);
+    if ms <= 10_000 {
+        me.rtt_samples = (me.rtt_samples + 1).min(50);
+        let k = me.rtt_samples;
+        me.rtt_ms = Some(me.rtt_ms.map_or(ms, |avg| (avg * (k - 1) + ms) / k));
+    }
+    let deadline = t + ns(wait);
+    sim.traffic.count_many(Kind::IcpQuery, count, query);
+    sim.traffic.count_many(Kind::IcpReply, count, reply);
+
+    // Nobody known to be alive yet: the queries go (their replies revive the peers), the
+    // request does not wait.
+    let (when, hit, timed_out) = if !alive {
+        (t, None, false)
+    } else if let Some((when, hit)) = first_hit.filter(|(w, _)| *w <= deadline) {
+        (when, Some(hit.peer), false)
+    } else {
+        (all_in.min(deadline), None, all_in > deadline)
+    };
+    let best = if hit.is_none() && alive {
+        misses
+            .iter()
+            .filter(|(w, _, _)| *w <= when)
+            .min_by_key(|(_, score, _)| *score)
+            .map(|(_, _, peer)| *peer)
+    } else {
+        None
+    };
+    let at = sim.at(when);
+    let route = sim.nodes[node as usize]
+        .mesh
+        .route_after(at, &o.host, hit, best, timed_out);
+    if when <= t {
+        sim.follow(job, route, t);
+    } else {
+        sim.schedule(when, Ev::Decided { job, route });
+    }
+}

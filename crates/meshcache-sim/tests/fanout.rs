@@ -1,0 +1,128 @@
+//! The aggregate ICP model against the per-datagram one: the same searches, the same counts.
+
+use meshcache_sim::spec::{IcpModel, NetSpec, Protocol, Replay};
+use meshcache_sim::{Results, SimSpec, Trace};
+use meshcache_workload::generate::{generate, Benchmark, WorkloadSpec};
+
+mod common;
+use common::run;
+
+/// The benchmark workload: `clients` clients in four groups sharing 30 % of their URLs, on
+/// several hosts (so that domain parents split them).
+fn trace(clients: u32, per_client: u32) -> Trace {
+    let spec = WorkloadSpec::Benchmark(Benchmark {
+        clients,
+        requests_per_client: per_client,
+        groups: 4,
+        disjoint: false,
+        ..Benchmark::default()
+    });
+    Trace::new(&generate(&spec, 11).expect("generates"), 0, 3)
+}
+
+fn both(spec: &SimSpec, trace: &Trace) -> (Results, Results) {
+    let mut datagrams = spec.clone();
+    datagrams.protocol.icp_model = IcpModel::Datagrams;
+    let mut aggregate = spec.clone();
+    aggregate.protocol.icp_model = IcpModel::Aggregate;
+    (run(&datagrams, trace), run(&aggregate, trace))
+}
+
+/// What must be identical: every outcome, every message count, and each node's share.
+fn counts(r: &Results) -> impl PartialEq + std::fmt::Debug {
+    let nodes: Vec<_> = r
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.name.clone(),
+                n.local_hits,
+                n.sibling_hits,
+                n.parent_hits,
+                n.store_hits,
+                n.peer_requests,
+                n.origin_fetches,
+                n.datagrams,
+                n.datagrams_sent,
+                n.objects,
+            )
+        })
+        .collect();
+    (r.answered.clone(), r.traffic.clone(), nodes)
+}
+
+fn topologies() -> Vec<(&'static str, SimSpec)> {
+    let mut siblings = SimSpec::default();
+    siblings.protocol.name = Protocol::Icp;
+    siblings.mesh.caches = 8;
+    let mut with_parent = siblings.clone();
+    with_parent.mesh.caches = 6;
+    with_parent.mesh.parents = 1;
+    let mut two_parents = siblings.clone();
+    two_parents.mesh.caches = 5;
+    two_parents.mesh.parents = 2;
+    let mut domain_parents = siblings.clone();
+    domain_parents.mesh.caches = 4;
+    domain_parents.mesh.siblings = false;
+    domain_parents.mesh.parents = 3;
+    domain_parents.mesh.parent_domains = vec![
+        vec!["!group0.lab".into()],
+        vec![],
+        vec!["group0.lab".into(), "group1.lab".into()],
+    ];
+    vec![
+        ("8 siblings", siblings),
+        ("6 siblings and a parent", with_parent),
+        ("5 siblings and two parents", two_parents),
+        ("4 leaves under three domain parents", domain_parents),
+    ]
+}
+
+/// One request at a time, on an instantaneous network and on the default one: the same hits
+/// (local, sibling, parent), the same datagrams and bytes, the same per-node counts.
+#[test]
+fn one_at_a_time_the_two_models_agree_exactly() {
+    let trace = trace(12, 120);
+    for (name, mut spec) in topologies() {
+        spec.replay.mode = Replay::Serial;
+        for net in [NetSpec::instant(), NetSpec::default()] {
+            spec.net = net;
+            let (d, a) = both(&spec, &trace);
+            assert!(d.traffic.icp_queries > 0, "{name}: searches happened");
+            assert_eq!(counts(&a), counts(&d), "{name}");
+            let (dm, am) = (d.latency_ms.mean, a.latency_ms.mean);
+            assert!(
+                (am - dm).abs() <= 0.001 * dm.max(0.001),
+                "{name}: mean latency {am} ms aggregate, {dm} ms per datagram"
+            );
+        }
+    }
+}
+
+/// Many clients at once on a loaded mesh: hit ratios within half a point, mean latency
+/// within 5 %, the datagram counts within 1 %.
+#[test]
+fn under_load_the_two_models_agree_closely() {
+    let trace = trace(120, 60);
+    for (name, mut spec) in topologies() {
+        spec.replay.mode = Replay::Closed;
+        spec.net.origin_bandwidth = 0;
+        let (d, a) = both(&spec, &trace);
+        assert!(
+            (a.hit_ratio - d.hit_ratio).abs() <= 0.005,
+            "{name}: hit ratio {} aggregate, {} per datagram",
+            a.hit_ratio,
+            d.hit_ratio
+        );
+        let (dm, am) = (d.latency_ms.mean, a.latency_ms.mean);
+        assert!(
+            (am - dm).abs() <= 0.05 * dm,
+            "{name}: mean latency {am} ms aggregate, {dm} ms per datagram"
+        );
+        let (dd, ad) = (d.traffic.datagrams() as f64, a.traffic.datagrams() as f64);
+        assert!(
+            (ad - dd).abs() <= 0.01 * dd,
+            "{name}: {ad} datagrams aggregate, {dd} per datagram"
+        );
+    }
+}
