@@ -43,7 +43,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::icp::{IcpMesh, Outcome, Reply, ReplyKind};
 use crate::peer::PeerId;
-use crate::select::{self, Route};
+use crate::select::Route;
 
 /// Which side runs the candidate queries (the paper's two search variants).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -542,7 +542,7 @@ impl Directory {
         hierarchical: bool,
     ) -> DirSearch {
         if !hierarchical || self.members.is_empty() {
-            return decided(select::route(mesh.peers_mut(), host, now, None, false));
+            return decided(mesh.route(now, host, None, false));
         }
         self.stats.searches += 1;
         let optimistic = self.config.mode == UpdateMode::Optimistic;
@@ -582,7 +582,7 @@ impl Directory {
             self.optimistic.insert(*key, now);
         }
         if !alive {
-            let route = select::route(mesh.peers_mut(), host, now, None, false);
+            let route = mesh.route(now, host, None, false);
             return DirSearch {
                 reqnum,
                 sends: vec![get],
@@ -622,7 +622,7 @@ impl Directory {
     ) -> DirSearch {
         if chosen.is_empty() {
             self.stats.empty += 1;
-            return decided(select::route(mesh.peers_mut(), host, now, None, false));
+            return decided(mesh.route(now, host, None, false));
         }
         let reqnum = reqnum.unwrap_or_else(|| mesh.next_reqnum());
         let peers: Vec<PeerId> = chosen
@@ -751,7 +751,7 @@ impl Directory {
         if reply.kind == ReplyKind::Hit {
             let p = self.pending.remove(&reply.reqnum)?;
             self.stats.hits += 1;
-            return Some(Some(select::hit_route(mesh.peers_mut(), id, &p.host, now)));
+            return Some(Some(mesh.hit_route(now, &p.host, id)));
         }
         self.stats.false_entries += 1;
         p.replied.push(id);
@@ -776,7 +776,7 @@ impl Directory {
         if p.expecting.as_ref().is_some_and(Vec::is_empty) {
             self.stats.empty += 1;
         }
-        Some(select::route(mesh.peers_mut(), &p.host, now, None, false))
+        Some(mesh.route(now, &p.host, None, false))
     }
 
     /// The deadline of search `reqnum` passed: the parents or the origin, if still undecided.
@@ -795,7 +795,7 @@ impl Directory {
         for id in silent {
             mesh.peers_mut()[id.0].stats.timeouts += 1;
         }
-        Some(select::route(mesh.peers_mut(), &p.host, now, None, true))
+        Some(mesh.route(now, &p.host, None, true))
     }
 
     /// The requester went away: forget the search.

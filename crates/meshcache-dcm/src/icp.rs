@@ -156,6 +156,8 @@ const REPLIED: u8 = 2;
 /// The ICP protocol state of one node: its peers and its searches in flight.
 pub struct IcpMesh {
     peers: Vec<Peer>,
+    /// The parents among them, in table order (roles never change).
+    parents: Vec<PeerId>,
     /// Peers by ICP address.
     by_addr: HashMap<SocketAddr, PeerId>,
     config: IcpConfig,
@@ -172,9 +174,11 @@ impl IcpMesh {
                 by_addr.entry(addr).or_insert(PeerId(i));
             }
         }
+        let peers: Vec<Peer> = peers.into_iter().map(Peer::new).collect();
         IcpMesh {
             by_addr,
-            peers: peers.into_iter().map(Peer::new).collect(),
+            parents: select::parents_of(&peers),
+            peers,
             config,
             next_reqnum: 1,
             pending: HashMap::new(),
@@ -184,6 +188,28 @@ impl IcpMesh {
     /// The peer table.
     pub fn peers(&self) -> &[Peer] {
         &self.peers
+    }
+
+    /// The parents in the peer table, in table order.
+    pub fn parents(&self) -> &[PeerId] {
+        &self.parents
+    }
+
+    /// The route of a request that asks nobody: `first` if given, then the parents in Squid's
+    /// order, then the origin ([`select::route`]).
+    pub fn route(
+        &mut self,
+        now: Instant,
+        host: &str,
+        first: Option<Hop>,
+        timed_out: bool,
+    ) -> Route {
+        select::route_among(&mut self.peers, &self.parents, host, now, first, timed_out)
+    }
+
+    /// The route after peer `hit` answered HIT ([`select::hit_route`]).
+    pub fn hit_route(&mut self, now: Instant, host: &str, hit: PeerId) -> Route {
+        select::hit_route_among(&mut self.peers, &self.parents, hit, host, now)
     }
 
     /// Searches in flight.
@@ -247,7 +273,7 @@ impl IcpMesh {
             })
             .map(|(i, _)| PeerId(i))
             .collect();
-        let parents = select::eligible_parents(&self.peers, host, now);
+        let parents = select::eligible_among(&self.peers, &self.parents, host, now);
         let queried_parents: Vec<PeerId> = parents
             .iter()
             .copied()
@@ -257,7 +283,7 @@ impl IcpMesh {
         let worth_asking =
             hierarchical && (!siblings.is_empty() || queried_parents.len() >= 2 || lone_parent);
         if !worth_asking {
-            let route = select::route(&mut self.peers, host, now, None, false);
+            let route = self.route(now, host, None, false);
             return Search {
                 reqnum: 0,
                 queries: Vec::new(),
@@ -286,7 +312,7 @@ impl IcpMesh {
         }
         if expecting.is_empty() {
             // Nobody is known to be alive: send (replies revive peers) but do not wait.
-            let route = select::route(&mut self.peers, host, now, None, false);
+            let route = self.route(now, host, None, false);
             return Search {
                 reqnum,
                 queries,
@@ -345,7 +371,7 @@ impl IcpMesh {
         match (reply.kind, role) {
             (ReplyKind::Hit, _) => {
                 let p = self.pending.remove(&reply.reqnum)?;
-                let route = select::hit_route(&mut self.peers, id, &p.host, now);
+                let route = self.hit_route(now, &p.host, id);
                 return Some((reply.reqnum, route));
             }
             (ReplyKind::Miss, Role::Parent) => {
@@ -483,7 +509,7 @@ impl IcpMesh {
             })
             .collect();
         let first = usable.first().copied();
-        let mut route = select::route(&mut self.peers, host, now, first, false);
+        let mut route = self.route(now, host, first, false);
         // Further digest hits come right after the first, before the parents.
         for (i, hop) in usable.into_iter().skip(1).enumerate() {
             route.hops.retain(|h| !matches!((h, &hop), (Hop::Peer { peer: a, .. }, Hop::Peer { peer: b, .. }) if a == b));
@@ -506,13 +532,13 @@ impl IcpMesh {
         timed_out: bool,
     ) -> Route {
         match hit {
-            Some(id) => select::hit_route(&mut self.peers, id, host, now),
+            Some(id) => self.hit_route(now, host, id),
             None => {
                 let first = best_miss.map(|peer| Hop::Peer {
                     peer,
                     code: HierCode::FirstParentMiss,
                 });
-                select::route(&mut self.peers, host, now, first, timed_out)
+                self.route(now, host, first, timed_out)
             }
         }
     }
@@ -525,13 +551,7 @@ impl IcpMesh {
     fn decide(&mut self, now: Instant, reqnum: u32, timed_out: bool) -> Option<Route> {
         let p = self.pending.remove(&reqnum)?;
         let first = p.best_miss.map(|(peer, _, code)| Hop::Peer { peer, code });
-        Some(select::route(
-            &mut self.peers,
-            &p.host,
-            now,
-            first,
-            timed_out,
-        ))
+        Some(self.route(now, &p.host, first, timed_out))
     }
 
     /// A query arrived from `from`: who is asking (for [`answer`]). `child` tells whether a

@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::icp::{Holding, IcpMesh, Outcome, Reply, ReplyKind};
 use crate::peer::{Peer, PeerId, Role};
-use crate::select::{self, Route};
+use crate::select::Route;
 
 /// The wait is this many times the largest mean HIT round trip of the members asked.
 pub const RTT_FACTOR: u32 = 3;
@@ -262,7 +262,7 @@ impl Multicast {
             return McSearch {
                 reqnum: 0,
                 queries: Vec::new(),
-                outcome: Outcome::Decided(select::route(mesh.peers_mut(), host, now, None, false)),
+                outcome: Outcome::Decided(mesh.route(now, host, None, false)),
             };
         }
         let reqnum = mesh.next_reqnum();
@@ -327,7 +327,7 @@ impl Multicast {
         let p = self.pending.remove(&reply.reqnum)?;
         mesh.peers_mut()[id.0].record_rtt(now.saturating_duration_since(sent));
         self.stats.hits += 1;
-        Some(Some(select::hit_route(mesh.peers_mut(), id, &p.host, now)))
+        Some(Some(mesh.hit_route(now, &p.host, id)))
     }
 
     /// A reply to a search that already ended: a HIT from one of its members still measures
@@ -364,7 +364,7 @@ impl Multicast {
         if self.expired.len() >= REMEMBERED {
             self.expired.pop_front();
         }
-        let route = select::route(mesh.peers_mut(), &p.host, now, None, true);
+        let route = mesh.route(now, &p.host, None, true);
         self.expired.push_back((reqnum, p.url, p.sent, p.members));
         Some(route)
     }

@@ -55,13 +55,28 @@ impl Route {
     }
 }
 
-/// Parents that may take a request for `host`, with the ones whose HTTP side is up first.
-pub fn eligible_parents(peers: &[Peer], host: &str, now: Instant) -> Vec<PeerId> {
-    let all: Vec<PeerId> = peers
+/// The parents in a peer table, in table order.
+pub fn parents_of(peers: &[Peer]) -> Vec<PeerId> {
+    peers
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.spec.role == Role::Parent && p.spec.serves(host))
+        .filter(|(_, p)| p.spec.role == Role::Parent)
         .map(|(i, _)| PeerId(i))
+        .collect()
+}
+
+/// Parents that may take a request for `host`, with the ones whose HTTP side is up first.
+pub fn eligible_parents(peers: &[Peer], host: &str, now: Instant) -> Vec<PeerId> {
+    eligible_among(peers, &parents_of(peers), host, now)
+}
+
+/// As [`eligible_parents`], among `parents` (the table's parents, [`parents_of`]): a mesh
+/// that keeps its parent list does not scan every sibling on each miss.
+pub fn eligible_among(peers: &[Peer], parents: &[PeerId], host: &str, now: Instant) -> Vec<PeerId> {
+    let all: Vec<PeerId> = parents
+        .iter()
+        .copied()
+        .filter(|id| peers[id.0].spec.serves(host))
         .collect();
     let up: Vec<PeerId> = all
         .iter()
@@ -84,7 +99,20 @@ pub fn route(
     first: Option<Hop>,
     timed_out: bool,
 ) -> Route {
-    let parents = eligible_parents(peers, host, now);
+    let parents = parents_of(peers);
+    route_among(peers, &parents, host, now, first, timed_out)
+}
+
+/// As [`route`], with the table's parents given ([`parents_of`]).
+pub fn route_among(
+    peers: &mut [Peer],
+    parents: &[PeerId],
+    host: &str,
+    now: Instant,
+    first: Option<Hop>,
+    timed_out: bool,
+) -> Route {
+    let parents = eligible_among(peers, parents, host, now);
     let mut hops: Vec<Hop> = first.into_iter().collect();
     let push = |hops: &mut Vec<Hop>, peer: PeerId, code: HierCode| {
         if !hops
@@ -130,11 +158,24 @@ pub fn route(
 /// The route after peer `hit` answered HIT: that peer first (`PARENT_HIT` or `SIBLING_HIT` by
 /// its role), then the usual parent order and the origin.
 pub fn hit_route(peers: &mut [Peer], hit: PeerId, host: &str, now: Instant) -> Route {
+    let parents = parents_of(peers);
+    hit_route_among(peers, &parents, hit, host, now)
+}
+
+/// As [`hit_route`], with the table's parents given ([`parents_of`]).
+pub fn hit_route_among(
+    peers: &mut [Peer],
+    parents: &[PeerId],
+    hit: PeerId,
+    host: &str,
+    now: Instant,
+) -> Route {
     let code = match peers[hit.0].spec.role {
         Role::Parent => HierCode::ParentHit,
         Role::Sibling => HierCode::SiblingHit,
     };
-    route(peers, host, now, Some(Hop::Peer { peer: hit, code }), false)
+    let first = Some(Hop::Peer { peer: hit, code });
+    route_among(peers, parents, host, now, first, false)
 }
 
 #[cfg(test)]

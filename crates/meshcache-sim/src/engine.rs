@@ -61,8 +61,8 @@ pub enum Served {
 /// Who is waiting for a job's response.
 #[derive(Clone, Copy, Debug)]
 enum From {
-    /// The client of trace request `req`.
-    Client(u32),
+    /// The client of trace request `req`, issued at `issued`.
+    Client { req: u32, issued: u64 },
     /// Another node's job.
     Peer(u32),
 }
@@ -97,9 +97,10 @@ pub(crate) enum Ev {
     Deadline { node: NodeIx, reqnum: u32 },
     /// The response to `job`'s current hop arrives at its node.
     Response { job: u32, served: Served },
-    /// The client of `req` has its whole response.
+    /// The client of `req`, issued at `issued`, has its whole response.
     ClientDone {
         req: u32,
+        issued: u64,
         served: Served,
         node: NodeIx,
     },
@@ -296,8 +297,6 @@ pub struct Sim<'a> {
     timers: u64,
     jobs: Vec<Option<Job>>,
     free_jobs: Vec<u32>,
-    /// When each request was issued.
-    issued: Vec<u64>,
     /// Closed loop: each client's requests, and how far it has gone.
     per_client: Vec<Vec<u32>>,
     cursor: Vec<usize>,
@@ -368,7 +367,6 @@ impl<'a> Sim<'a> {
             timers: 0,
             jobs: Vec::new(),
             free_jobs: Vec::new(),
-            issued: vec![0; trace.requests.len()],
             cursor: vec![0; per_client.len()],
             per_client,
             next_req: 0,
@@ -517,11 +515,12 @@ impl<'a> Sim<'a> {
 
     // ----- clients -----
 
-    fn issue_next_of(&mut self, client: u32) {
+    /// Closed loop: `client` issues its next request at `t`.
+    fn issue_next_of(&mut self, client: u32, t: u64) {
         let c = client as usize;
         if let Some(&r) = self.per_client[c].get(self.cursor[c]) {
             self.cursor[c] += 1;
-            self.issue(r);
+            self.issue(r, t);
         }
     }
 
@@ -531,7 +530,7 @@ impl<'a> Sim<'a> {
             Replay::Closed => {
                 for c in 0..self.per_client.len() {
                     for _ in 0..self.spec.replay.outstanding {
-                        self.issue_next_of(c as u32);
+                        self.issue_next_of(c as u32, self.now);
                     }
                 }
             }
@@ -588,7 +587,7 @@ impl<'a> Sim<'a> {
             let t = self.trace.requests[r as usize].time_ns;
             if gap == 0 {
                 self.now = self.now.max(t);
-                self.issue(r);
+                self.issue(r, self.now);
             } else {
                 // A pause after the mesh went quiet, in which timers run (summary and
                 // directory upkeep), as between two requests of a paced live run.
@@ -597,22 +596,21 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn issue(&mut self, req: u32) {
-        self.issued[req as usize] = self.now;
+    /// Trace request `req` leaves its client at `t`.
+    fn issue(&mut self, req: u32, t: u64) {
         let r = self.trace.requests[req as usize];
         let node = r.client % self.spec.mesh.caches;
         self.nodes[node as usize].stats.client_requests += 1;
         let job = self.new_job(Job {
             node,
             req,
-            from: From::Client(req),
+            from: From::Client { req, issued: t },
             only_if_cached: false,
             hops: Vec::new(),
             next: 0,
             current: None,
         });
-        let t = self.now + ns(self.spec.net.client_latency);
-        self.schedule(t, Ev::Arrive { job });
+        self.schedule(t + ns(self.spec.net.client_latency), Ev::Arrive { job });
     }
 
     fn new_job(&mut self, job: Job) -> u32 {
@@ -641,7 +639,7 @@ impl<'a> Sim<'a> {
     fn handle(&mut self, ev: Ev) {
         match ev {
             Ev::Issue { req } => {
-                self.issue(req);
+                self.issue(req, self.now);
                 if !self.warming && self.spec.replay.mode == Replay::Timed {
                     self.schedule_next_issue();
                 }
@@ -651,7 +649,12 @@ impl<'a> Sim<'a> {
             Ev::Deadline { node, reqnum } => self.deadline(node, reqnum),
             Ev::Decided { job, route } => self.follow(job, route, self.now),
             Ev::Response { job, served } => self.response(job, served),
-            Ev::ClientDone { req, served, node } => self.client_done(req, served, node),
+            Ev::ClientDone {
+                req,
+                issued,
+                served,
+                node,
+            } => self.client_done(req, issued, served, node, self.now),
             Ev::Tick { node } | Ev::Timer { node } => crate::proto::on_tick(self, node),
             Ev::Http {
                 to,
@@ -704,7 +707,7 @@ impl<'a> Sim<'a> {
                 waiting.push(job);
                 return;
             }
-            n.fetching.insert(r.obj, vec![job]);
+            n.fetching.insert(r.obj, smallvec::smallvec![job]);
         }
         self.search(job, t);
     }
@@ -736,6 +739,13 @@ impl<'a> Sim<'a> {
         }
         if !matches!(self.spec.protocol.name, Protocol::None | Protocol::Icp) {
             crate::proto::search(self, job, node, obj_ix, t);
+            return;
+        }
+        if self.spec.protocol.name == Protocol::None {
+            // Nobody to ask: what `begin` decides when no peer speaks ICP, without building
+            // the search.
+            let route = n.mesh.route(at, &obj.host, None, false);
+            self.follow(job, route, t);
             return;
         }
         if self.fanout.is_some() {
@@ -1071,16 +1081,23 @@ impl<'a> Sim<'a> {
         let body = if served == Served::Refused { 0 } else { r.size };
         let bytes = body + net.http_header_bytes;
         match j.from {
-            From::Client(req) => {
+            From::Client { req, issued } => {
                 let done = t + wire(bytes, net.client_bandwidth) + ns(net.client_latency);
-                self.schedule(
-                    done,
-                    Ev::ClientDone {
-                        req,
-                        served,
-                        node: j.node,
-                    },
-                );
+                if self.spec.replay.mode == Replay::Closed && !self.warming {
+                    // Nothing in the mesh waits for the client to have its answer: it is
+                    // counted now, for `done`, when the client's next request leaves.
+                    self.client_done(req, issued, served, j.node, done);
+                } else {
+                    self.schedule(
+                        done,
+                        Ev::ClientDone {
+                            req,
+                            issued,
+                            served,
+                            node: j.node,
+                        },
+                    );
+                }
             }
             From::Peer(parent) => {
                 self.traffic.peer_response(bytes);
@@ -1100,9 +1117,10 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn client_done(&mut self, req: u32, served: Served, node: NodeIx) {
+    /// The client of `req` has its whole response at `done`.
+    fn client_done(&mut self, req: u32, issued: u64, served: Served, node: NodeIx, done: u64) {
         let r = self.trace.requests[req as usize];
-        let latency_us = (self.now - self.issued[req as usize]) / 1_000;
+        let latency_us = (done - issued) / 1_000;
         self.latency.saturating_record(latency_us.max(1));
         let kind = match served {
             Served::Store(n) | Served::Collapsed(n) if n == node => crate::results::Outcome::Local,
@@ -1117,10 +1135,10 @@ impl<'a> Sim<'a> {
         };
         self.classified.add(kind, r.size);
         self.nodes[node as usize].stats.count(kind);
-        self.last_answer = self.now;
+        self.last_answer = self.last_answer.max(done);
         match self.spec.replay.mode {
             _ if self.warming => self.waiting_serial = true,
-            Replay::Closed => self.issue_next_of(r.slot),
+            Replay::Closed => self.issue_next_of(r.slot, done),
             Replay::Serial => self.waiting_serial = true,
             Replay::Timed => {}
         }

@@ -165,7 +165,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         0
     };
     let parents: SmallVec<[Target; 4]> =
-        meshcache_dcm::select::eligible_parents(peers, &o.host, at)
+        meshcache_dcm::select::eligible_among(peers, n.mesh.parents(), &o.host, at)
             .into_iter()
             .filter(|id| peers[id.0].spec.queried())
             .enumerate()

@@ -135,7 +135,7 @@ pub struct Node {
     /// Searches in flight: request number → job.
     pub searches: FxHashMap<u32, u32>,
     /// Collapsed forwarding: object → the jobs waiting for its fetch (the first is the leader).
-    pub fetching: FxHashMap<u32, Vec<u32>>,
+    pub fetching: FxHashMap<u32, smallvec::SmallVec<[u32; 2]>>,
     /// When its CPU is next free (ns of virtual time).
     pub cpu_free: u64,
     /// Its interface.
