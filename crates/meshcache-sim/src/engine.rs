@@ -383,7 +383,7 @@ impl<'a> Sim<'a> {
             latency: crate::results::latency_histogram(),
             fanout: (spec.protocol.name == Protocol::Icp
                 && spec.protocol.icp_model == IcpModel::Aggregate)
-                .then(|| crate::fanout::Fanout::new(nodes_len)),
+                .then(|| crate::fanout::Fanout::new(nodes_len, trace.objects.len())),
             proto,
         }
     }
@@ -682,12 +682,11 @@ impl<'a> Sim<'a> {
         };
         let r = self.trace.requests[req as usize];
         let t = self.cpu(node, self.now, ns(self.spec.net.cpu_request));
-        let obj = &self.trace.objects[r.obj as usize];
         let n = &mut self.nodes[node as usize];
         if from_peer {
             n.stats.peer_requests += 1;
         }
-        if n.store.get(&obj.key).is_some() {
+        if n.store.get(&r.key).is_some() {
             n.stats.store_hits += 1;
             // A hit relays its body from the store.
             let t = self.cpu(
@@ -702,7 +701,7 @@ impl<'a> Sim<'a> {
             self.respond(job, Served::Refused, t);
             return;
         }
-        if obj.cacheable {
+        if r.cacheable {
             if let Some(waiting) = n.fetching.get_mut(&r.obj) {
                 waiting.push(job);
                 return;
@@ -1011,8 +1010,7 @@ impl<'a> Sim<'a> {
             Hop::Direct => {
                 let net = &self.spec.net;
                 let r = self.trace.requests[req as usize];
-                let server =
-                    self.trace.objects[r.obj as usize].server as usize % self.origin_free.len();
+                let server = r.server as usize % self.origin_free.len();
                 self.nodes[node as usize].stats.origin_fetches += 1;
                 let reaches = t + ns(net.origin_latency);
                 let start = reaches.max(self.origin_free[server]);
@@ -1051,17 +1049,18 @@ impl<'a> Sim<'a> {
             self.try_next(job, t);
             return;
         }
-        let obj = &self.trace.objects[r.obj as usize];
         let mut events: Vec<StoreEvent> = Vec::new();
         let n = &mut self.nodes[node as usize];
-        if obj.cacheable && !proxy_only {
-            if let Ok(ev) = n.store.insert(obj.key, mesh::body(r.size)) {
+        if r.cacheable && !proxy_only {
+            if let Ok(ev) = n.store.insert(r.key, mesh::body(r.size)) {
                 events = ev;
             }
         }
         n.stats.evicted(&events);
         if let Some(f) = self.fanout.as_mut() {
-            f.on_store_events(node, &events);
+            if events.iter().any(StoreEvent::is_admission) {
+                f.stored(node, r.obj);
+            }
         }
         crate::proto::on_store_events(self, node, r.obj, &events, t);
         let n = &mut self.nodes[node as usize];

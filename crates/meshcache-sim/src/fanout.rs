@@ -27,8 +27,6 @@
 //! [`IcpMesh::route_after`]: meshcache_dcm::IcpMesh::route_after
 
 use meshcache_dcm::PeerId;
-use meshcache_store::{StoreEvent, StoreKey};
-use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::engine::{icp_query_bytes, icp_reply_bytes, ns, Ev, Sim, UDP_IP};
@@ -38,8 +36,10 @@ use crate::results::Kind;
 /// The aggregate model's state.
 #[derive(Default)]
 pub(crate) struct Fanout {
-    /// Which nodes hold each object, in the order they stored it.
-    holders: FxHashMap<StoreKey, SmallVec<[NodeIx; 2]>>,
+    /// Per object: the nodes that stored it. Evictions are not followed here: a search
+    /// checks each listed node's store and drops those that no longer hold it, which costs
+    /// less than looking up every evicted key.
+    holders: Vec<SmallVec<[NodeIx; 2]>>,
     /// Background work every leaf owes for answering its siblings' searches, summed over all
     /// searches so far: CPU ns, interface ns, datagrams received (one sent back for each).
     shared: Owed,
@@ -78,28 +78,19 @@ struct NodeOwed {
 }
 
 impl Fanout {
-    pub(crate) fn new(nodes: usize) -> Fanout {
+    pub(crate) fn new(nodes: usize, objects: usize) -> Fanout {
         Fanout {
+            holders: vec![SmallVec::new(); objects],
             nodes: vec![NodeOwed::default(); nodes],
             ..Fanout::default()
         }
     }
 
-    /// Keeps the holder index up to date with `node`'s store events.
-    pub(crate) fn on_store_events(&mut self, node: NodeIx, events: &[StoreEvent]) {
-        for e in events {
-            let key = e.key();
-            if e.is_admission() {
-                let list = self.holders.entry(key).or_default();
-                if !list.contains(&node) {
-                    list.push(node);
-                }
-            } else if let Some(list) = self.holders.get_mut(&key) {
-                list.retain(|n| *n != node);
-                if list.is_empty() {
-                    self.holders.remove(&key);
-                }
-            }
+    /// `node` stored object `obj`.
+    pub(crate) fn stored(&mut self, node: NodeIx, obj: u32) {
+        let list = &mut self.holders[obj as usize];
+        if !list.contains(&node) {
+            list.push(node);
         }
     }
 }
@@ -153,11 +144,18 @@ struct Target {
 /// queries booked, the deciding replies timed, the route followed when it is decided.
 pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
     let trace = sim.trace;
-    let o = &trace.objects[obj as usize];
+    let r = &trace.requests[sim.job(job).req as usize];
     let at = sim.at(t);
     let caches = sim.spec.mesh.caches;
     let n = &sim.nodes[node as usize];
     let peers = n.mesh.peers();
+    // The host matters only to parents (their domains): the object's record is not read
+    // for a mesh of siblings.
+    let host: &str = if n.mesh.parents().is_empty() {
+        ""
+    } else {
+        &trace.objects[obj as usize].host
+    };
     // Siblings (every other leaf, in table order), then the parents that may serve the host.
     let siblings = if node < caches && sim.spec.mesh.siblings {
         u64::from(caches - 1)
@@ -165,7 +163,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         0
     };
     let parents: SmallVec<[Target; 4]> =
-        meshcache_dcm::select::eligible_among(peers, n.mesh.parents(), &o.host, at)
+        meshcache_dcm::select::eligible_among(peers, n.mesh.parents(), host, at)
             .into_iter()
             .filter(|id| peers[id.0].spec.queried())
             .enumerate()
@@ -179,7 +177,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         // Nothing to ask whose answer could change the route.
         let route = sim.nodes[node as usize]
             .mesh
-            .route_after(at, &o.host, None, None, false);
+            .route_after(at, host, None, None, false);
         sim.follow(job, route, t);
         return;
     }
@@ -187,8 +185,8 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     let net = &sim.spec.net;
     let (c, lat) = (ns(net.cpu_datagram), ns(net.latency));
     let (proxy_bw, net_bw) = (net.proxy_bandwidth, net.network_bandwidth);
-    let query = icp_query_bytes(o.url.len());
-    let reply = icp_reply_bytes(o.url.len());
+    let query = icp_query_bytes(r.url_len as usize);
+    let reply = icp_reply_bytes(r.url_len as usize);
 
     // The queries leave one after the other: CPU, the node's interface, the shared network.
     let sent_last = sim.cpu(node, t, count * c);
@@ -232,12 +230,11 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
             parents.iter().copied().find(|p| p.node == h)
         }
     };
-    let f = sim.fanout.as_ref().expect("aggregate model");
-    let holding: SmallVec<[Target; 4]> = f
-        .holders
-        .get(&o.key)
-        .map(|hs| hs.iter().filter_map(|&h| target_of(h)).collect())
-        .unwrap_or_default();
+    let f = sim.fanout.as_mut().expect("aggregate model");
+    let nodes = &sim.nodes;
+    let list = &mut f.holders[obj as usize];
+    list.retain(|h| nodes[*h as usize].store.contains(&r.key));
+    let holding: SmallVec<[Target; 4]> = list.iter().filter_map(|&h| target_of(h)).collect();
     let mut first_hit: Option<(u64, Target)> = None;
     for h in holding {
         let when = replied(sim, h.index, h.node);
@@ -346,7 +343,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     let at = sim.at(when);
     let route = sim.nodes[node as usize]
         .mesh
-        .route_after(at, &o.host, hit, best, timed_out);
+        .route_after(at, host, hit, best, timed_out);
     if when <= t {
         sim.follow(job, route, t);
     } else {

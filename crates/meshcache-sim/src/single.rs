@@ -52,13 +52,12 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
                 break;
             }
         }
-        let obj = &trace.objects[r.obj as usize];
         now = now.max(r.time_ns);
         node.stats.client_requests += 1;
         node.stats.cpu_ns += cpu_request;
         let to_client = wire(r.size + hdr, net.client_bandwidth) + client_latency;
         let mut elapsed = client_latency + cpu_request;
-        let outcome = if node.store.get(&obj.key).is_some() {
+        let outcome = if node.store.get(&r.key).is_some() {
             node.stats.store_hits += 1;
             let body_cpu = cpu_per_kib * r.size.div_ceil(1024);
             node.stats.cpu_ns += body_cpu;
@@ -69,7 +68,7 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
             let body_cpu = cpu_request + cpu_per_kib * r.size.div_ceil(1024);
             node.stats.cpu_ns += body_cpu;
             elapsed += 2 * origin_latency + wire(r.size + hdr, net.origin_bandwidth) + body_cpu;
-            if obj.cacheable {
+            if r.cacheable {
                 let body = match &bodies[r.obj as usize] {
                     Some(b) if b.0 == r.size => Arc::clone(b),
                     _ => {
@@ -78,7 +77,7 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
                         b
                     }
                 };
-                if let Ok(events) = node.store.insert(obj.key, body) {
+                if let Ok(events) = node.store.insert(r.key, body) {
                     node.stats.evicted(&events);
                 }
             }

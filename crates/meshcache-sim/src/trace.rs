@@ -22,7 +22,9 @@ pub struct Object {
     pub server: u32,
 }
 
-/// One request of the trace.
+/// One request of the trace. It carries a copy of what the engine reads of its object on
+/// every request (store key, cacheability, origin server, URL length): one record read per
+/// request instead of two, the object's being a likely cache miss in a large trace.
 #[derive(Clone, Copy, Debug)]
 pub struct Req {
     /// When it is issued, in ns from the start (timed replay).
@@ -36,6 +38,14 @@ pub struct Req {
     pub obj: u32,
     /// The response body's length.
     pub size: u64,
+    /// The object's store key ([`Object::key`]).
+    pub key: StoreKey,
+    /// The object's origin server ([`Object::server`]).
+    pub server: u32,
+    /// The length of the object's URL (what ICP messages carry).
+    pub url_len: u32,
+    /// Whether a cache may keep the object ([`Object::cacheable`]).
+    pub cacheable: bool,
 }
 
 /// A trace ready to replay.
@@ -99,12 +109,17 @@ impl Trace {
             });
             let next = slots.len() as u32;
             let slot = *slots.entry(r.client).or_insert(next);
+            let o = &objects[obj as usize];
             out.push(Req {
                 time_ns: r.time_ms.saturating_mul(1_000_000),
                 client: r.client,
                 slot,
                 obj,
                 size: r.size,
+                key: o.key,
+                server: o.server,
+                url_len: u32::try_from(o.url.len()).unwrap_or(u32::MAX),
+                cacheable: o.cacheable,
             });
         }
         Trace {
