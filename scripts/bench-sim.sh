@@ -10,7 +10,8 @@
 #    script checks that both report the same miss ratio (same trace, same policy) and prints
 #    medians and the ratio.
 # 2. A 100-cache ICP mesh on 1 million requests (1,000 clients, closed loop), pinned to core 1:
-#    simulated requests per second of wall time.
+#    simulated requests per second of wall time, with the aggregate ICP model and with one
+#    event per datagram, rounds interleaved.
 #
 # What each side times: meshcache its replay loop after parsing and interning the trace
 # (`wall_seconds` in its results); libCacheSim its `process_trace` over its own binary trace
@@ -114,6 +115,10 @@ if [ ! -s "$icp_trace" ]; then
         --seed 1 --out "$icp_trace" > /dev/null
 fi
 for i in $(seq 1 "$rounds"); do
-    $pin $bin sim run --trace "$icp_trace" --set mesh.caches=100 --set protocol.name=icp 2>/dev/null |
-        grep -E "^(hit ratio|inter-cache|simulated)" | sed "s/^/100-cache ICP, round $i: /"
+    for model in aggregate datagrams; do
+        $pin $bin sim run --trace "$icp_trace" --set mesh.caches=100 --set protocol.name=icp \
+            --set protocol.icp_model=$model 2>/dev/null |
+            grep -E "^(hit ratio|inter-cache|latency|simulated)" |
+            sed "s/^/100-cache ICP ($model), round $i: /"
+    done
 done

@@ -36,9 +36,10 @@ use crate::results::Kind;
 /// The aggregate model's state.
 #[derive(Default)]
 pub(crate) struct Fanout {
-    /// Per object: the nodes that stored it. Evictions are not followed here: a search
-    /// checks each listed node's store and drops those that no longer hold it, which costs
-    /// less than looking up every evicted key.
+    /// Per object: the nodes that stored it, in node order (which is query order). Evictions
+    /// are not followed here: a search checks a listed node's store when it gets to it and
+    /// drops the node if it no longer holds the object, which costs less than looking up
+    /// every evicted key.
     holders: Vec<SmallVec<[NodeIx; 2]>>,
     /// Background work every leaf owes for answering its siblings' searches, summed over all
     /// searches so far: CPU ns, interface ns, datagrams received (one sent back for each).
@@ -89,8 +90,8 @@ impl Fanout {
     /// `node` stored object `obj`.
     pub(crate) fn stored(&mut self, node: NodeIx, obj: u32) {
         let list = &mut self.holders[obj as usize];
-        if !list.contains(&node) {
-            list.push(node);
+        if let Err(at) = list.binary_search(&node) {
+            list.insert(at, node);
         }
     }
 }
@@ -230,17 +231,31 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
             parents.iter().copied().find(|p| p.node == h)
         }
     };
-    let f = sim.fanout.as_mut().expect("aggregate model");
-    let nodes = &sim.nodes;
-    let list = &mut f.holders[obj as usize];
-    list.retain(|h| nodes[*h as usize].store.contains(&r.key));
-    let holding: SmallVec<[Target; 4]> = list.iter().filter_map(|&h| target_of(h)).collect();
+    // The first HIT: holders in query order, until the next could not reply sooner even
+    // with no queue anywhere.
+    let soonest_reply = 3 * c
+        + crate::engine::wire(reply + UDP_IP, proxy_bw)
+        + crate::engine::wire(reply + UDP_IP, net_bw)
+        + lat;
+    let listed = sim.fanout.as_ref().expect("aggregate model").holders[obj as usize].clone();
+    let mut gone: SmallVec<[NodeIx; 4]> = SmallVec::new();
     let mut first_hit: Option<(u64, Target)> = None;
-    for h in holding {
+    for h in listed.iter().filter_map(|&h| target_of(h)) {
+        if first_hit.is_some_and(|(w, _)| arrives(h.index) + soonest_reply >= w) {
+            break;
+        }
+        if !sim.nodes[h.node as usize].store.contains(&r.key) {
+            gone.push(h.node);
+            continue;
+        }
         let when = replied(sim, h.index, h.node);
-        if first_hit.is_none_or(|(w, f)| (when, h.index) < (w, f.index)) {
+        if first_hit.is_none_or(|(w, _)| when < w) {
             first_hit = Some((when, h));
         }
+    }
+    if !gone.is_empty() {
+        let f = sim.fanout.as_mut().expect("aggregate model");
+        f.holders[obj as usize].retain(|h| !gone.contains(h));
     }
     // Without a HIT: the last reply, and the parents' MISSes ranked as `IcpMesh` ranks them.
     let last = Target {
