@@ -257,6 +257,10 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         let f = sim.fanout.as_mut().expect("aggregate model");
         f.holders[obj as usize].retain(|h| !gone.contains(h));
     }
+    // The replies cross the shared network; the last ones queue behind the others (the
+    // holders' above were timed against the backlog before them).
+    let reply_net = crate::engine::wire(reply + UDP_IP, net_bw);
+    sim.net.absorb(count * reply_net);
     // Without a HIT: the last reply, and the parents' MISSes ranked as `IcpMesh` ranks them.
     let last = Target {
         peer: PeerId(0),
@@ -293,7 +297,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     }
 
     // Everyone's work: each target answers (two datagrams of CPU, a reply on its interface),
-    // the node reads every reply, the shared network carries the replies.
+    // the node reads every reply.
     let reply_tx = crate::engine::wire(reply + UDP_IP, proxy_bw);
     let f = sim.fanout.as_mut().expect("aggregate model");
     if siblings > 0 {
