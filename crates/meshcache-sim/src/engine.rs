@@ -324,6 +324,8 @@ pub struct Sim<'a> {
     pub(crate) proto: crate::proto::State,
     /// The aggregate ICP model's state, when it is the one chosen.
     pub(crate) fanout: Option<crate::fanout::Fanout>,
+    /// A store's events of the insert being handled (the buffer is reused).
+    store_events: Vec<StoreEvent>,
 }
 
 pub(crate) fn ns(d: Duration) -> u64 {
@@ -385,6 +387,7 @@ impl<'a> Sim<'a> {
                 && spec.protocol.icp_model == IcpModel::Aggregate)
                 .then(|| crate::fanout::Fanout::new(nodes_len, trace.objects.len())),
             proto,
+            store_events: Vec::new(),
         }
     }
 
@@ -1049,12 +1052,12 @@ impl<'a> Sim<'a> {
             self.try_next(job, t);
             return;
         }
-        let mut events: Vec<StoreEvent> = Vec::new();
+        let mut events = std::mem::take(&mut self.store_events);
+        events.clear();
         let n = &mut self.nodes[node as usize];
         if r.cacheable && !proxy_only {
-            if let Ok(ev) = n.store.insert(r.key, mesh::body(r.size)) {
-                events = ev;
-            }
+            // An object too large to keep is not stored, and makes no event.
+            let _ = n.store.insert_into(r.key, mesh::body(r.size), &mut events);
         }
         n.stats.evicted(&events);
         if let Some(f) = self.fanout.as_mut() {
@@ -1063,6 +1066,7 @@ impl<'a> Sim<'a> {
             }
         }
         crate::proto::on_store_events(self, node, r.obj, &events, t);
+        self.store_events = events;
         let n = &mut self.nodes[node as usize];
         let followers = n.fetching.remove(&r.obj).unwrap_or_default();
         for f in followers.into_iter().filter(|&f| f != job) {

@@ -252,6 +252,30 @@ pub fn body(size: u64) -> Arc<Body> {
     Arc::new(Body(size))
 }
 
+/// One body per object, shared by every store that keeps it: an insert costs a reference
+/// count, not an allocation (and an eviction not a free).
+pub struct Bodies(Vec<Option<Arc<Body>>>);
+
+impl Bodies {
+    /// Room for `objects` objects.
+    pub fn new(objects: usize) -> Bodies {
+        Bodies(vec![None; objects])
+    }
+
+    /// The body of object `obj` at `size` bytes (a request whose size differs from the
+    /// object's last gets a body of its own, which then becomes the object's).
+    pub fn get(&mut self, obj: u32, size: u64) -> Arc<Body> {
+        match &self.0[obj as usize] {
+            Some(b) if b.0 == size => Arc::clone(b),
+            _ => {
+                let b = body(size);
+                self.0[obj as usize] = Some(Arc::clone(&b));
+                b
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,11 +7,10 @@
 //! cache-replacement study needs, to compare with single-cache simulators on the same trace.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Instant;
 
 use crate::engine::{ns, wire, Control};
-use crate::mesh::{self, Body, Node};
+use crate::mesh::{self, Node};
 use crate::results::{self, Classified, Outcome, Results, Traffic};
 use crate::spec::{Protocol, Replay, SimSpec};
 use crate::trace::Trace;
@@ -41,9 +40,8 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
     let mut latency = results::latency_histogram();
     let mut now: u64 = 0;
     let mut interrupted = false;
-    // One body per object, shared by its copies in the store over time (no allocation per
-    // miss); a request whose size differs from the body's gets a body of its own.
-    let mut bodies: Vec<Option<Arc<Body>>> = vec![None; trace.objects.len()];
+    let mut bodies = mesh::Bodies::new(trace.objects.len());
+    let mut events = Vec::new();
     for (i, r) in trace.requests.iter().enumerate() {
         if i % 65_536 == 65_535 {
             (control.progress)(classified.requests);
@@ -69,15 +67,9 @@ pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
             node.stats.cpu_ns += body_cpu;
             elapsed += 2 * origin_latency + wire(r.size + hdr, net.origin_bandwidth) + body_cpu;
             if r.cacheable {
-                let body = match &bodies[r.obj as usize] {
-                    Some(b) if b.0 == r.size => Arc::clone(b),
-                    _ => {
-                        let b = mesh::body(r.size);
-                        bodies[r.obj as usize] = Some(Arc::clone(&b));
-                        b
-                    }
-                };
-                if let Ok(events) = node.store.insert(r.key, body) {
+                events.clear();
+                let body = bodies.get(r.obj, r.size);
+                if node.store.insert_into(r.key, body, &mut events).is_ok() {
                     node.stats.evicted(&events);
                 }
             }

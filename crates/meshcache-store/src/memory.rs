@@ -156,13 +156,29 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
     /// `min(max_object_size, capacity)`; the store is then left unchanged
     /// (an old value under the same key stays).
     pub fn insert(&mut self, key: StoreKey, value: Arc<V>) -> Result<Vec<StoreEvent>, AdmitError> {
+        let mut events = Vec::with_capacity(2);
+        self.insert_into(key, value, &mut events)?;
+        Ok(events)
+    }
+
+    /// As [`MemoryStore::insert`], appending the events to `events` (a buffer the caller
+    /// reuses: a simulator inserting millions of objects allocates no list per insert).
+    ///
+    /// # Errors
+    ///
+    /// As [`MemoryStore::insert`]; nothing is appended then.
+    pub fn insert_into(
+        &mut self,
+        key: StoreKey,
+        value: Arc<V>,
+        events: &mut Vec<StoreEvent>,
+    ) -> Result<(), AdmitError> {
         let size = value.weight();
         let max = self.admission_limit();
         if size > max {
             return Err(AdmitError::TooLarge { size, max });
         }
 
-        let mut events = Vec::with_capacity(2);
         if let Some(old) = self.remove(&key) {
             events.push(StoreEvent::Evicted {
                 key,
@@ -203,7 +219,7 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
         self.policy.admit(slot, size);
         self.bytes += size;
         events.push(StoreEvent::Admitted { key, size });
-        Ok(events)
+        Ok(())
     }
 
     /// Remove the value under `key` and report an `Invalidated` event with
