@@ -303,8 +303,13 @@ pub struct Sim<'a> {
     /// Timed and serial replay: the next trace request to issue.
     next_req: usize,
     waiting_serial: bool,
-    /// The first `warmup` requests are replayed serially and not measured.
+    /// The first `warmup` requests are replayed first and not measured: each client's in
+    /// order, the clients at once (as the lab's pre-warm round), then the mesh goes quiet.
     warmup: usize,
+    /// Per client, its warm-up requests still to issue (last first).
+    warm_per_client: Vec<Vec<u32>>,
+    /// Warm-up requests not answered yet.
+    warm_left: usize,
     warming: bool,
     /// When measurement started (the end of the warm-up).
     measure_from: u64,
@@ -348,12 +353,17 @@ impl<'a> Sim<'a> {
         let nodes_len = nodes.len();
         let proto = crate::proto::State::new(spec, &nodes);
         let mut per_client = vec![Vec::new(); trace.clients as usize];
-        if spec.replay.mode == Replay::Closed {
-            for (i, r) in trace.requests.iter().enumerate() {
-                if i >= spec.replay.warmup as usize {
-                    per_client[r.slot as usize].push(i as u32);
-                }
+        let warmup = (spec.replay.warmup as usize).min(trace.requests.len());
+        let mut warm_per_client = vec![Vec::new(); trace.clients as usize];
+        for (i, r) in trace.requests.iter().enumerate() {
+            if i < warmup {
+                warm_per_client[r.slot as usize].push(i as u32);
+            } else if spec.replay.mode == Replay::Closed {
+                per_client[r.slot as usize].push(i as u32);
             }
+        }
+        for list in &mut warm_per_client {
+            list.reverse();
         }
         Sim {
             spec,
@@ -371,10 +381,12 @@ impl<'a> Sim<'a> {
             free_jobs: Vec::new(),
             cursor: vec![0; per_client.len()],
             per_client,
-            next_req: 0,
+            next_req: warmup,
             waiting_serial: false,
-            warmup: (spec.replay.warmup as usize).min(trace.requests.len()),
-            warming: spec.replay.warmup > 0 && !trace.requests.is_empty(),
+            warmup,
+            warm_per_client,
+            warm_left: warmup,
+            warming: warmup > 0,
             measure_from: 0,
             time_offset: 0,
             last_answer: 0,
@@ -397,7 +409,9 @@ impl<'a> Sim<'a> {
         crate::proto::start(&mut self);
         let mut interrupted = false;
         if self.warming {
-            self.issue_serial();
+            for c in 0..self.warm_per_client.len() {
+                self.warm_next_of(c as u32, self.now);
+            }
         } else {
             self.start_replay();
         }
@@ -413,7 +427,7 @@ impl<'a> Sim<'a> {
             }
             if self.waiting_serial && self.work == 0 {
                 self.waiting_serial = false;
-                if self.warming && self.next_req >= self.warmup {
+                if self.warming {
                     self.end_warmup();
                     self.start_replay();
                 } else {
@@ -555,6 +569,8 @@ impl<'a> Sim<'a> {
 
     /// The warm-up is over: what happens from now on is measured.
     fn end_warmup(&mut self) {
+        // What the aggregate model still owes from the warm-up belongs to it.
+        crate::fanout::settle_all(self);
         self.warming = false;
         self.measure_from = self.now;
         if let Some(first) = self.trace.requests.get(self.warmup) {
@@ -568,25 +584,22 @@ impl<'a> Sim<'a> {
         }
     }
 
+    /// Warm-up: `client` issues its next warm-up request at `t`.
+    fn warm_next_of(&mut self, client: u32, t: u64) {
+        if let Some(r) = self.warm_per_client[client as usize].pop() {
+            self.issue(r, t);
+        }
+    }
+
     fn issue_serial(&mut self) {
-        let end = if self.warming {
-            self.warmup
-        } else {
-            self.trace.requests.len()
-        };
-        if self.next_req < end {
+        if self.next_req < self.trace.requests.len() {
             let r = self.next_req as u32;
             self.next_req += 1;
             self.waiting_serial = false;
             // Not before its trace time (a trace with times spreads a serial replay out;
             // the lab's serial replay ignores times, which are all 0 in closed-loop traces).
-            // The warm-up goes back to back, as the lab's concurrent pre-warm round does; the
-            // pause comes before each measured request, the first included.
-            let gap = if self.warming {
-                0
-            } else {
-                ns(self.spec.replay.serial_gap)
-            };
+            // The pause comes before each request, the first included.
+            let gap = ns(self.spec.replay.serial_gap);
             let t = self.trace.requests[r as usize].time_ns;
             if gap == 0 {
                 self.now = self.now.max(t);
@@ -1140,7 +1153,11 @@ impl<'a> Sim<'a> {
         self.nodes[node as usize].stats.count(kind);
         self.last_answer = self.last_answer.max(done);
         match self.spec.replay.mode {
-            _ if self.warming => self.waiting_serial = true,
+            _ if self.warming => {
+                self.warm_left -= 1;
+                self.warm_next_of(r.slot, done);
+                self.waiting_serial = self.warm_left == 0;
+            }
             Replay::Closed => self.issue_next_of(r.slot, done),
             Replay::Serial => self.waiting_serial = true,
             Replay::Timed => {}

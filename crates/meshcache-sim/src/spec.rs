@@ -361,11 +361,12 @@ pub struct ReplaySpec {
     pub limit: u64,
     /// Closed loop: requests each client keeps outstanding.
     pub outstanding: u32,
-    /// The first `warmup` requests of the trace are replayed one at a time and not measured
-    /// (every counter starts after them), as a lab run's pre-warm round is.
+    /// The first `warmup` requests of the trace are replayed first and not measured (every
+    /// counter starts after them), as a lab run's pre-warm round is: each client's in order,
+    /// the clients at once; the measured replay starts when the mesh is quiet.
     pub warmup: u64,
-    /// Serial replay (and the warm-up): the pause between the mesh going quiet and the next
-    /// request, in which the protocols' timers run — the lab's `[clients] serial_gap`.
+    /// Serial replay: the pause between the mesh going quiet and the next request, in which
+    /// the protocols' timers run — the lab's `[clients] serial_gap`.
     #[serde(with = "humantime_serde")]
     pub serial_gap: Duration,
 }
