@@ -533,6 +533,15 @@ mod tests {
     }
 
     #[test]
+    fn the_icp_model_is_chosen_by_name() {
+        assert_eq!(SimSpec::default().protocol.icp_model, IcpModel::Datagrams);
+        let s = SimSpec::from_toml("[protocol]\nicp_model = \"aggregate\"\n").unwrap();
+        assert_eq!(s.protocol.icp_model, IcpModel::Aggregate);
+        let e = SimSpec::from_toml("[protocol]\nicp_model = \"fast\"\n").unwrap_err();
+        assert!(e.contains("unknown variant `fast`"), "{e}");
+    }
+
+    #[test]
     fn directory_and_multicast_settings() {
         let s = SimSpec::from_toml(
             "[protocol]\nname = \"directory\"\ndirectory_alpha = 0\n\
