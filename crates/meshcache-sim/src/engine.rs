@@ -85,6 +85,9 @@ pub(crate) struct Job {
 pub(crate) enum Ev {
     /// Trace request `req` is issued (timed replay, and serial replay with a gap).
     Issue { req: u32 },
+    /// The warm-up is over and the mesh has been quiet for [`WARMUP_PAUSE`]: the measured
+    /// replay starts.
+    Measure,
     /// A job's request reaches its node.
     Arrive { job: u32 },
     /// A datagram reaches `to`.
@@ -268,6 +271,11 @@ impl Train {
     }
 }
 
+/// The pause between the warm-up going quiet and the measured replay, as the lab pauses after
+/// its pre-warm round (300 ms): the protocols' timers (the summary's 250 ms drain) then stand
+/// where they stand in a live run when it starts measuring, not at the start of a period.
+const WARMUP_PAUSE: u64 = 300_000_000;
+
 /// Reports progress and honours interruption.
 pub struct Control<'a> {
     /// Set to stop the run early; what was measured so far is reported.
@@ -428,8 +436,7 @@ impl<'a> Sim<'a> {
             if self.waiting_serial && self.work == 0 {
                 self.waiting_serial = false;
                 if self.warming {
-                    self.end_warmup();
-                    self.start_replay();
+                    self.schedule(self.now + WARMUP_PAUSE, Ev::Measure);
                 } else {
                     self.issue_serial();
                 }
@@ -659,6 +666,10 @@ impl<'a> Sim<'a> {
                 if !self.warming && self.spec.replay.mode == Replay::Timed {
                     self.schedule_next_issue();
                 }
+            }
+            Ev::Measure => {
+                self.end_warmup();
+                self.start_replay();
             }
             Ev::Arrive { job } => self.arrive(job),
             Ev::Datagram { to, from, payload } => self.datagram(to, from, payload),

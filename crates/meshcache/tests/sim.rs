@@ -85,11 +85,24 @@ struct Setup {
     memory_mib: u64,
     /// Serial replay: the pause before each request.
     gap_ms: u64,
+    /// Concurrent replay: each client's pause between an answer and its next request.
+    think_ms: u64,
 }
 
 const PLAIN: Setup = Setup {
     memory_mib: 64,
     gap_ms: 0,
+    think_ms: 0,
+};
+
+/// Concurrent clients that pause 20 ms between requests: the run lasts a few seconds, long
+/// enough for Summary Cache's 250 ms update tick to come round many times (with a run
+/// shorter than a tick, whether the summaries change before the end depends on the tick's
+/// phase, which a live run does not control).
+const THINKING: Setup = Setup {
+    memory_mib: 64,
+    gap_ms: 0,
+    think_ms: 20,
 };
 
 /// Small stores and pauses longer than the proxy's 250 ms summary tick and 10 ms directory
@@ -97,6 +110,7 @@ const PLAIN: Setup = Setup {
 const PACED: Setup = Setup {
     memory_mib: 4,
     gap_ms: 300,
+    think_ms: 0,
 };
 
 /// Per node: (local, sibling, parent hits), and all datagrams sent.
@@ -125,6 +139,8 @@ fn simulated_on(
     spec.mesh.cache_size.0 = setup.memory_mib << 20;
     spec.replay.serial_gap = std::time::Duration::from_millis(setup.gap_ms);
     spec.protocol.name = protocol;
+    // The lab's digest nodes rebuild every second.
+    spec.protocol.digest_interval = std::time::Duration::from_secs(1);
     spec.net = net;
     spec.replay.mode = mode;
     let mut all = prewarm(requests, 4);
@@ -190,12 +206,18 @@ fn lab(
          [clients]\nserial = {serial}\nserial_gap = \"{}ms\"\n",
         setup.memory_mib, setup.gap_ms
     );
+    if setup.think_ms > 0 {
+        exp += &format!("think = \"{}ms\"\n", setup.think_ms);
+    }
     for (i, p) in protocols.iter().enumerate() {
         exp += &format!(
             "[[config]]\nname = \"{0}\"\ntopology = \"4.0\"\nprotocol = \"{0}\"\nbaseline = {1}\n",
             p.as_str(),
             i == 0
         );
+        if *p == Protocol::Digest {
+            exp += "digest_period = \"1s\"\n";
+        }
     }
     std::fs::write(dir.join("exp.toml"), exp).expect("experiment file");
     let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
@@ -291,7 +313,7 @@ fn agree_exactly(requests: &[Request], protocols: &[Protocol], setup: Setup) {
 /// taking as long per request as the live ones did without cooperation.
 #[test]
 fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
-    let requests = workload(12, 40);
+    let requests = workload(12, 160);
     let dir = tempfile::tempdir().expect("tempdir");
     let protocols = [
         Protocol::None,
@@ -300,8 +322,9 @@ fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
         Protocol::Summary,
         Protocol::Directory,
         Protocol::Multicast,
+        Protocol::Digest,
     ];
-    let r = lab(&requests, &protocols, false, PLAIN, dir.path());
+    let r = lab(&requests, &protocols, false, THINKING, dir.path());
     // The live clients' time per request without cooperation.
     let per_request =
         lab_config(&r, "none")["wall_s"].as_f64().expect("wall_s") * 12.0 / requests.len() as f64;
@@ -319,7 +342,7 @@ fn concurrent_lab_run_and_simulator_agree_on_hit_ratio() {
         let requests_done = sum("client_requests");
         let live = (sum("local_hits") + sum("sibling_hits") + sum("parent_hits")) as f64
             / requests_done as f64;
-        let sim = simulated_on(p, Replay::Closed, &requests, PLAIN, net.clone()).hit_ratio;
+        let sim = simulated_on(p, Replay::Closed, &requests, THINKING, net.clone()).hit_ratio;
         eprintln!(
             "{}: hit ratio simulated {sim:.4}, live {live:.4}",
             p.as_str()
