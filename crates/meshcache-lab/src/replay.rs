@@ -132,8 +132,9 @@ pub async fn replay(
 }
 
 /// Replays `order` (requests in trace order, each with the index of its job in `jobs`) one
-/// at a time: each request is sent when the one before has been answered. Returns one
-/// outcome per job, as [`replay`] does.
+/// at a time: each request is sent when the one before has been answered, after
+/// `serial_gap`; one more gap follows the last. Returns one outcome per job, as [`replay`]
+/// does.
 pub async fn serial(
     jobs: &[NodeJob],
     order: &[(usize, Request)],
@@ -157,6 +158,11 @@ pub async fn serial(
         if let Some(b) = bar {
             b.set_position(done as u64 + 1);
         }
+    }
+    // The upkeep the last request caused (a directory update, a summary delta) runs in one
+    // more gap, as it does between any two requests, and is measured with them.
+    if let (Some(gap), false) = (exp.clients.serial_gap, order.is_empty()) {
+        tokio::time::sleep(gap).await;
     }
     outcomes
 }
