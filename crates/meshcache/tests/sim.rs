@@ -286,6 +286,35 @@ fn paced_serial_lab_run_and_simulator_agree_exactly() {
     );
 }
 
+/// Cache Digests, paced by more than a rebuild (1 s) plus a fetch check (1 s), so that every
+/// request finds its peers' digests holding everything stored before the previous one, in
+/// both worlds whatever the phase of the live nodes' wall-clock timers; a workload of few,
+/// much-shared URLs, so that 40 requests make remote hits.
+#[test]
+fn paced_serial_digests_agree_exactly() {
+    let requests = generate(
+        &WorkloadSpec::Benchmark(Benchmark {
+            clients: 8,
+            requests_per_client: 5,
+            groups: 4,
+            disjoint: false,
+            shared: 0.8,
+            shared_objects: 6,
+            pareto_k: 1024,
+            max_size: 32 * 1024,
+            ..Benchmark::default()
+        }),
+        11,
+    )
+    .expect("generates");
+    let setup = Setup {
+        memory_mib: 4,
+        gap_ms: 2500,
+        think_ms: 0,
+    };
+    agree_exactly(&requests, &[Protocol::Digest], setup);
+}
+
 fn agree_exactly(requests: &[Request], protocols: &[Protocol], setup: Setup) {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = lab(requests, protocols, true, setup, dir.path());
