@@ -1,7 +1,8 @@
 //! The discrete-event engine: a virtual clock, an event queue, and the life of every request
 //! through the mesh.
 //!
-//! A client request reaches its cache (client `c` → leaf `c mod caches`), which looks in its
+//! A client request reaches its cache (client `c` → leaf `c mod caches`, or a leaf at random
+//! per request with `mesh.admission = "random"`), which looks in its
 //! store; a miss joins a fetch already under way for the same object (collapsed forwarding)
 //! or starts the protocol's search — the `meshcache-dcm` machine of the node, called exactly
 //! as the proxy's cooperation driver calls it — and then tries the route's hops in order: a
@@ -29,7 +30,7 @@ use meshcache_store::StoreEvent;
 
 use crate::mesh::{self, icp_addr, Node, NodeIx};
 use crate::results::{Classified, Kind, Results, Traffic};
-use crate::spec::{IcpModel, Protocol, Replay, SimSpec};
+use crate::spec::{Admission, IcpModel, Protocol, Replay, SimSpec};
 use crate::trace::Trace;
 
 /// Bytes of an ICP query for a URL of `url_len` bytes: header, requester field, URL, NUL
@@ -275,6 +276,14 @@ impl Train {
 /// its pre-warm round (300 ms): the protocols' timers (the summary's 250 ms drain) then stand
 /// where they stand in a live run when it starts measuring, not at the start of a period.
 const WARMUP_PAUSE: u64 = 300_000_000;
+
+/// A well-mixed 64-bit hash of `x` (SplitMix64's finalizer).
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
 
 /// Reports progress and honours interruption.
 pub struct Control<'a> {
@@ -622,7 +631,11 @@ impl<'a> Sim<'a> {
     /// Trace request `req` leaves its client at `t`.
     fn issue(&mut self, req: u32, t: u64) {
         let r = self.trace.requests[req as usize];
-        let node = r.client % self.spec.mesh.caches;
+        let caches = self.spec.mesh.caches;
+        let node = match self.spec.mesh.admission {
+            Admission::Client => r.client % caches,
+            Admission::Random => (mix(u64::from(req)) % u64::from(caches)) as u32,
+        };
         self.nodes[node as usize].stats.client_requests += 1;
         let job = self.new_job(Job {
             node,

@@ -72,6 +72,21 @@ pub struct MeshSpec {
     pub max_object_size: ByteSize,
     /// Replacement policy of every store.
     pub replacement: Replacement,
+    /// Which cache a client's request goes to (the DCM framework's admission algorithm).
+    pub admission: Admission,
+}
+
+/// The admission algorithm: to which leaf cache (the "master cache") a request goes.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Admission {
+    /// Each client has one cache, client `c` cache `c mod caches` (Squid's browsers; the
+    /// Summary Cache paper's benchmark assigns client groups so).
+    #[default]
+    Client,
+    /// Each request picks a cache at random (the Berkeley protocol's clients), the same in
+    /// every run of one trace: a hash of the request's place in the trace.
+    Random,
 }
 
 impl Default for MeshSpec {
@@ -85,6 +100,7 @@ impl Default for MeshSpec {
             parent_size: ByteSize::gib(1),
             max_object_size: ByteSize::mib(8),
             replacement: Replacement::Lru,
+            admission: Admission::Client,
         }
     }
 }

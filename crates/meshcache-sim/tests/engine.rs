@@ -241,3 +241,33 @@ fn domain_parents_split_by_host() {
     );
     assert_eq!((p0.store_hits, p1.store_hits), (1, 1));
 }
+
+/// The admission rule: with `client`, one client's requests all go to its cache; with
+/// `random`, they spread over every cache (the same way in every run), and a second request
+/// for an object often lands on another cache, which ICP turns into a sibling hit.
+#[test]
+fn random_admission_spreads_one_client_over_the_caches() {
+    let urls: Vec<String> = (0..100).map(|i| format!("http://h/{i}")).collect();
+    let mut reqs: Vec<Request> = urls.iter().map(|u| req(0, u)).collect();
+    reqs.extend(urls.iter().map(|u| req(0, u)));
+    let trace = Trace::new(&reqs, 0, 1);
+    let mut spec = serial(4, Protocol::Icp);
+    let fixed = run(&spec, &trace);
+    assert_eq!(fixed.nodes[0].client_requests, 200);
+    assert_eq!(fixed.answered.local_hits, 100);
+    spec.mesh.admission = meshcache_sim::spec::Admission::Random;
+    let random = run(&spec, &trace);
+    for n in &random.nodes {
+        assert!(
+            (30..=70).contains(&n.client_requests),
+            "{}: {} requests",
+            n.name,
+            n.client_requests
+        );
+    }
+    let a = &random.answered;
+    assert_eq!(a.misses, 100, "each object fetched once");
+    assert!(a.sibling_hits > 50, "{a:?}");
+    assert_eq!(a.local_hits + a.sibling_hits, 100);
+    assert_eq!(run(&spec, &trace).nodes, random.nodes, "the same every run");
+}
