@@ -286,10 +286,13 @@ fn paced_serial_lab_run_and_simulator_agree_exactly() {
     );
 }
 
-/// Cache Digests, paced by more than a rebuild (1 s) plus a fetch check (1 s), so that every
-/// request finds its peers' digests holding everything stored before the previous one, in
-/// both worlds whatever the phase of the live nodes' wall-clock timers; a workload of few,
-/// much-shared URLs, so that 40 requests make remote hits.
+/// Cache Digests, paced so that every request finds its peers' digests holding everything
+/// stored before the previous one, in both worlds, whatever the phase of the live nodes'
+/// wall-clock timers: an object stored just after a rebuild is in the next one (1 s later),
+/// and a peer whose copy was fetched just before that rebuild keeps it at least 1 s (the
+/// proxy's shortest refresh) and fetches at its next check (every 1 s): at most 3 s and the
+/// fetch itself, so 4 s between requests. A workload of few, much-shared URLs, so that 40
+/// requests make remote hits.
 #[test]
 fn paced_serial_digests_agree_exactly() {
     let requests = generate(
@@ -309,7 +312,7 @@ fn paced_serial_digests_agree_exactly() {
     .expect("generates");
     let setup = Setup {
         memory_mib: 4,
-        gap_ms: 2500,
+        gap_ms: 4000,
         think_ms: 0,
     };
     agree_exactly(&requests, &[Protocol::Digest], setup);
