@@ -200,7 +200,7 @@ impl Link {
         if t >= self.small_last {
             t.max(self.small_free) + tx
         } else {
-            t + (self.small_free - self.small_last) + tx
+            t + self.small_free.saturating_sub(self.small_last) + tx
         }
     }
 
