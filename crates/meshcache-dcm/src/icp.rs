@@ -207,7 +207,7 @@ impl IcpMesh {
         select::route_among(&mut self.peers, &self.parents, host, now, first, timed_out)
     }
 
-    /// The route after peer `hit` answered HIT ([`select::hit_route`]).
+    /// The route after peer `hit` answered HIT ([`select::hit_route_among`]).
     pub fn hit_route(&mut self, now: Instant, host: &str, hit: PeerId) -> Route {
         select::hit_route_among(&mut self.peers, &self.parents, hit, host, now)
     }

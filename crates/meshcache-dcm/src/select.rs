@@ -65,13 +65,9 @@ pub fn parents_of(peers: &[Peer]) -> Vec<PeerId> {
         .collect()
 }
 
-/// Parents that may take a request for `host`, with the ones whose HTTP side is up first.
-pub fn eligible_parents(peers: &[Peer], host: &str, now: Instant) -> Vec<PeerId> {
-    eligible_among(peers, &parents_of(peers), host, now)
-}
-
-/// As [`eligible_parents`], among `parents` (the table's parents, [`parents_of`]): a mesh
-/// that keeps its parent list does not scan every sibling on each miss.
+/// Parents among `parents` (the table's parents, [`parents_of`]) that may take a request for
+/// `host`, with the ones whose HTTP side is up first. A mesh keeps its parent list, so a miss
+/// does not scan every sibling.
 pub fn eligible_among(peers: &[Peer], parents: &[PeerId], host: &str, now: Instant) -> Vec<PeerId> {
     let all: Vec<PeerId> = parents
         .iter()
@@ -156,13 +152,7 @@ pub fn route_among(
 }
 
 /// The route after peer `hit` answered HIT: that peer first (`PARENT_HIT` or `SIBLING_HIT` by
-/// its role), then the usual parent order and the origin.
-pub fn hit_route(peers: &mut [Peer], hit: PeerId, host: &str, now: Instant) -> Route {
-    let parents = parents_of(peers);
-    hit_route_among(peers, &parents, hit, host, now)
-}
-
-/// As [`hit_route`], with the table's parents given ([`parents_of`]).
+/// its role), then the usual parent order among `parents` ([`parents_of`]) and the origin.
 pub fn hit_route_among(
     peers: &mut [Peer],
     parents: &[PeerId],
