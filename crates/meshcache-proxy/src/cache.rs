@@ -23,6 +23,7 @@ use tokio::sync::{broadcast, watch};
 use crate::headers::{vary_names, vary_selector};
 use crate::metrics::StoreStats;
 use crate::semantics::Freshness;
+use crate::zerocopy::{self, BodyArena};
 
 /// The most variants kept for one URL.
 const MAX_VARIANTS: usize = 32;
@@ -95,7 +96,7 @@ impl Weigh for Entry {
     fn weight(&self) -> u64 {
         let own = match self {
             Entry::Object(o) => {
-                o.body.len() as u64
+                zerocopy::charged(o.body.len())
                     + o.headers
                         .iter()
                         .map(|(n, v)| (n.as_str().len() + v.len() + 48) as u64)
@@ -155,6 +156,8 @@ struct Inner {
     admitted: AtomicU64,
     evicted: AtomicU64,
     invalidated: AtomicU64,
+    /// Where large bodies are kept so hits can be sent with sendfile(2) (see `zerocopy`).
+    arena: Option<Arc<BodyArena>>,
 }
 
 /// The shared cache: store, collapsed-forwarding table and event stream.
@@ -164,8 +167,13 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// A cache with the given store settings.
+    /// A cache with the given store settings, every body on the heap.
     pub fn new(config: StoreConfig) -> Self {
+        Self::with_arena(config, None)
+    }
+
+    /// A cache that keeps bodies of [`zerocopy::MIN_SIZE`] bytes and more in `arena`.
+    pub fn with_arena(config: StoreConfig, arena: Option<Arc<BodyArena>>) -> Self {
         // Room for the events of a summary's drain interval at tens of thousands of misses a
         // second; a subscriber that falls further behind rebuilds from the store.
         let (events, _) = broadcast::channel(16_384);
@@ -177,8 +185,14 @@ impl Cache {
                 admitted: AtomicU64::new(0),
                 evicted: AtomicU64::new(0),
                 invalidated: AtomicU64::new(0),
+                arena,
             }),
         }
+    }
+
+    /// The arena large bodies are kept in, if any.
+    pub fn arena(&self) -> Option<&Arc<BodyArena>> {
+        self.inner.arena.as_ref()
     }
 
     /// Subscribes to store events (admitted, evicted, invalidated, with cause).
@@ -244,8 +258,11 @@ impl Cache {
 
     /// Stores a response to a GET of `url` made with `request` headers. Refusals (too large,
     /// too many variants) are silent: the response was already relayed.
-    pub fn insert(&self, url: &str, request: &HeaderMap, object: CachedObject) {
+    pub fn insert(&self, url: &str, request: &HeaderMap, mut object: CachedObject) {
         let key = StoreKey::get(url);
+        if let Some(body) = self.arena().and_then(|a| a.place(&object.body)) {
+            object.body = body;
+        }
         let names = object
             .headers
             .iter()
@@ -343,6 +360,7 @@ impl Cache {
             admitted: self.inner.admitted.load(Relaxed),
             evicted: self.inner.evicted.load(Relaxed),
             invalidated: self.inner.invalidated.load(Relaxed),
+            arena: self.arena().map(|a| a.stats()),
         }
     }
 }

@@ -189,6 +189,10 @@ pub struct StoreSection {
     pub max_object_size: u64,
     /// Replacement policy: `lru`, `gdsf` or `lfuda`.
     pub replacement: Replacement,
+    /// Keep bodies of 32 KiB and more in shared memory and send hits of them with sendfile(2),
+    /// without copying them into the socket (as nginx serves its cache files). Off: every body
+    /// on the heap, written with write(2).
+    pub zero_copy: bool,
 }
 
 impl Default for StoreSection {
@@ -197,6 +201,7 @@ impl Default for StoreSection {
             memory: 256 * 1024 * 1024,
             max_object_size: 8 * 1024 * 1024,
             replacement: Replacement::Lru,
+            zero_copy: true,
         }
     }
 }

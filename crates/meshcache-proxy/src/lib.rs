@@ -42,6 +42,7 @@ pub mod sockopt;
 pub mod summary;
 mod tunnel;
 pub mod upstream;
+pub mod zerocopy;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

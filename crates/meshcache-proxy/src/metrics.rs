@@ -62,6 +62,8 @@ pub struct StoreStats {
     pub evicted: u64,
     /// Objects invalidated since start.
     pub invalidated: u64,
+    /// The shared-memory arena of large bodies sent with sendfile(2), when there is one.
+    pub arena: Option<crate::zerocopy::ArenaStats>,
 }
 
 impl Default for Metrics {
@@ -230,6 +232,18 @@ impl Metrics {
             "Objects invalidated.",
             s.store.invalidated,
         );
+        if let Some(a) = &s.store.arena {
+            counter(
+                "zero_copy_bytes_total",
+                "Body bytes sent to clients with sendfile(2) from the body arena.",
+                a.sent_bytes,
+            );
+            counter(
+                "zero_copy_fallbacks_total",
+                "Large bodies kept on the heap because the body arena had no room.",
+                a.fallbacks,
+            );
+        }
         let _ = writeln!(out, "# HELP meshcache_requests_total Requests by Squid result code.\n# TYPE meshcache_requests_total counter");
         for (code, n) in &s.requests_by_result {
             let _ = writeln!(out, "meshcache_requests_total{{result=\"{code}\"}} {n}");
@@ -241,6 +255,11 @@ impl Metrics {
                 "store_capacity_bytes",
                 "The store's byte budget.",
                 s.store.capacity,
+            ),
+            (
+                "store_arena_bytes",
+                "Bytes of large bodies held in the body arena (whole pages).",
+                s.store.arena.map_or(0, |a| a.held_bytes),
             ),
         ] {
             let _ = writeln!(out, "# HELP meshcache_{name} {help}\n# TYPE meshcache_{name} gauge\nmeshcache_{name} {v}");

@@ -29,6 +29,7 @@ use crate::metrics::Metrics;
 use crate::outcome::{HierCode, ResultCode};
 use crate::sockopt::{self, Side};
 use crate::upstream::{Upstream, SWEEP_INTERVAL};
+use crate::zerocopy::ZeroCopyStream;
 use crate::{admin, headers, service, ProxyError, Shared};
 
 /// Bound sockets for a proxy.
@@ -127,11 +128,23 @@ impl Proxy {
             None => None,
         };
         let metrics = Arc::new(Metrics::new());
-        let cache = Cache::new(meshcache_store::StoreConfig {
-            capacity: config.store.memory,
-            max_object_size: config.store.max_object_size,
-            replacement: config.store.replacement,
-        });
+        let arena = if config.store.zero_copy {
+            crate::zerocopy::BodyArena::new(config.store.memory)
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "no shared memory for large bodies; hits are copied into sockets")
+                })
+                .ok()
+        } else {
+            None
+        };
+        let cache = Cache::with_arena(
+            meshcache_store::StoreConfig {
+                capacity: config.store.memory,
+                max_object_size: config.store.max_object_size,
+                replacement: config.store.replacement,
+            },
+            arena,
+        );
         let upstream = Upstream::with_hosts(config.upstream.clone(), &config.dns, metrics.clone());
         let via = headers::via_value(&config.name);
         let x_cache = |what: &str| {
@@ -345,6 +358,7 @@ async fn serve_connection(
         max_bytes: usize::try_from(cfg.max_header_bytes).unwrap_or(usize::MAX),
         max_headers: cfg.max_headers,
     };
+    let stream = ZeroCopyStream::new(stream, shared.cache.arena().cloned());
     let mut io = TimeoutStream::new(GuardedStream::new(stream, limits, slot.clone()));
     io.set_read_timeout(Some(cfg.idle_timeout));
     io.set_write_timeout(Some(cfg.idle_timeout));

@@ -1,11 +1,13 @@
 //! The byte-budgeted in-memory store.
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
+use hashbrown::HashTable;
+
+use crate::chunked::ChunkVec;
 use crate::policy::AnyPolicy;
 use crate::{AdmitError, EvictCause, InvalidateCause, Replacement, StoreEvent, StoreKey};
 
@@ -67,7 +69,8 @@ const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
 /// policy. See the [crate documentation](crate) for an overview.
 ///
 /// Entries live in a slab (`Vec` of slots plus a free list) and are found
-/// through a `HashMap<StoreKey, u32>` from key to slot; the policy keeps its
+/// through a hash table of slot numbers (hashed and compared by the key in the slot, so
+/// the 16-byte key is stored once); the policy keeps its
 /// own per-slot bookkeeping. Nothing here is thread-safe or time-aware on its
 /// own: wrap it in a mutex and pass times in.
 ///
@@ -76,8 +79,10 @@ const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
 /// replaying a trace, where nobody chooses keys against the table, may take a
 /// cheaper one.
 pub struct MemoryStore<V, S = RandomState> {
-    index: HashMap<StoreKey, u32, S>,
-    slots: Vec<Option<Entry<V>>>,
+    /// Slot numbers of the occupied slots, hashed by their entries' keys.
+    index: HashTable<u32>,
+    hasher: S,
+    slots: ChunkVec<Option<Entry<V>>>,
     /// Vacant slots, reused before the slab grows.
     free: Vec<u32>,
     policy: AnyPolicy,
@@ -114,8 +119,9 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
 
     fn with_max_entries(config: StoreConfig, max_entries: usize, hasher: S) -> Self {
         MemoryStore {
-            index: HashMap::with_hasher(hasher),
-            slots: Vec::new(),
+            index: HashTable::new(),
+            hasher,
+            slots: ChunkVec::new(),
             free: Vec::new(),
             policy: AnyPolicy::new(config.replacement),
             bytes: 0,
@@ -124,9 +130,40 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
         }
     }
 
+    /// The slot holding `key`.
+    fn find(&self, key: &StoreKey) -> Option<u32> {
+        let slots = &self.slots;
+        self.index
+            .find(self.hasher.hash_one(key), |&slot| {
+                slots[slot as usize].as_ref().is_some_and(|e| e.key == *key)
+            })
+            .copied()
+    }
+
+    /// Adds occupied `slot` to the index.
+    fn index_slot(&mut self, key: &StoreKey, slot: u32) {
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index.insert_unique(hasher.hash_one(key), slot, |&s| {
+            // The index names only occupied slots.
+            slots[s as usize]
+                .as_ref()
+                .map_or(0, |e| hasher.hash_one(e.key))
+        });
+    }
+
+    /// Removes `slot`, which holds `key`, from the index.
+    fn unindex_slot(&mut self, key: &StoreKey, slot: u32) {
+        if let Ok(found) = self
+            .index
+            .find_entry(self.hasher.hash_one(key), |&s| s == slot)
+        {
+            found.remove();
+        }
+    }
+
     /// Look up and count a hit for the replacement policy.
     pub fn get(&mut self, key: &StoreKey) -> Option<&Arc<V>> {
-        let slot = *self.index.get(key)?;
+        let slot = self.find(key)?;
         let entry = self.slots[slot as usize].as_ref()?;
         self.policy.touch(slot, entry.size);
         Some(&entry.value)
@@ -134,13 +171,13 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
 
     /// Look up without touching replacement state (for peers' queries).
     pub fn peek(&self, key: &StoreKey) -> Option<&Arc<V>> {
-        let slot = *self.index.get(key)?;
+        let slot = self.find(key)?;
         self.slots[slot as usize].as_ref().map(|entry| &entry.value)
     }
 
     /// Whether a value is stored under `key` (does not count as a hit).
     pub fn contains(&self, key: &StoreKey) -> bool {
-        self.index.contains_key(key)
+        self.find(key).is_some()
     }
 
     /// Admit a value.
@@ -194,8 +231,11 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
                 debug_assert!(false, "policy has no victim but the store is full");
                 break;
             };
+            if let Some(victim) = &self.slots[slot as usize] {
+                let key = victim.key;
+                self.unindex_slot(&key, slot);
+            }
             let victim = self.release(slot);
-            self.index.remove(&victim.key);
             events.push(StoreEvent::Evicted {
                 key: victim.key,
                 size: victim.size,
@@ -215,7 +255,7 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
                 slot
             }
         };
-        self.index.insert(key, slot);
+        self.index_slot(&key, slot);
         self.policy.admit(slot, size);
         self.bytes += size;
         events.push(StoreEvent::Admitted { key, size });
@@ -235,7 +275,8 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
 
     /// Unlink `key` from the index, the policy and the slab.
     fn remove(&mut self, key: &StoreKey) -> Option<Entry<V>> {
-        let slot = self.index.remove(key)?;
+        let slot = self.find(key)?;
+        self.unindex_slot(key, slot);
         self.policy.forget(slot);
         Some(self.release(slot))
     }
@@ -293,7 +334,7 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
 
     /// Iterate over keys (for building digests); order unspecified.
     pub fn keys(&self) -> impl Iterator<Item = &StoreKey> + '_ {
-        self.index.keys()
+        self.slots.iter().flatten().map(|entry| &entry.key)
     }
 
     /// Iterate over keys and values without touching replacement state;
@@ -319,20 +360,21 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
     /// Bytes of index/bookkeeping memory per entry with `replacement`,
     /// measured with [`std::mem::size_of`]:
     ///
-    /// * the hash-map slot `(StoreKey, u32)` plus hashbrown's one control byte,
-    /// * the slab slot `Option<Entry>` (key copy, `Arc` pointer, cached weight),
+    /// * the index's bucket, a `u32` slot number, plus hashbrown's one control byte,
+    /// * the slab slot `Option<Entry>` (the key, `Arc` pointer, cached weight),
     /// * the policy's per-entry node (LRU: two `u32` links; GDSF/LFUDA: a heap
-    ///   item with priority, tie-break sequence, slot and frequency, plus a
-    ///   `u32` heap position).
+    ///   item with priority, tie-break sequence and slot, plus the slot's heap
+    ///   position and frequency).
     ///
     /// Not included: spare capacity — the hash table keeps its load factor at
     /// or below 7/8 with a power-of-two bucket count (1.14–2.3 buckets per
-    /// entry), and the vectors grow by doubling and do not shrink — and the
+    /// entry), and the per-slot arrays grow by chunks of 4,096 and do not
+    /// shrink — and the
     /// `Arc`'s 16-byte reference counts, which belong to the value (see
     /// [`Weigh`]). Even with every one of those at its worst the total stays
     /// well below 256 bytes per entry.
     pub fn metadata_bytes_per_entry_for(replacement: Replacement) -> usize {
-        std::mem::size_of::<(StoreKey, u32)>()
+        std::mem::size_of::<u32>()
             + 1
             + std::mem::size_of::<Option<Entry<V>>>()
             + replacement.policy_bytes_per_entry()
@@ -356,7 +398,7 @@ impl<V: Weigh> MemoryStore<V> {
             if let Some(entry) = entry {
                 occupied += 1;
                 bytes += entry.size;
-                assert_eq!(self.index.get(&entry.key), Some(&(slot as u32)));
+                assert_eq!(self.find(&entry.key), Some(slot as u32));
             } else {
                 assert!(self.free.contains(&(slot as u32)), "leaked slot {slot}");
             }

@@ -17,6 +17,7 @@ use std::cmp::Ordering;
 use std::marker::PhantomData;
 
 use super::Policy;
+use crate::chunked::ChunkVec;
 
 /// "Not in the heap" in the position vector.
 const ABSENT: u32 = u32::MAX;
@@ -28,16 +29,29 @@ pub(crate) trait Priority {
     fn priority(age: f64, freq: u32, size: u64) -> f64;
 }
 
-/// One heap item: 24 bytes.
+/// One heap item: 16 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Item {
     priority: f64,
-    /// Tie-breaker: value of the policy's counter at admission or last hit.
-    seq: u64,
+    /// Tie-breaker: value of the policy's counter at admission or last hit. When the counter
+    /// runs out, the items are renumbered in the same order (see `next_seq`).
+    seq: u32,
     slot: u32,
+}
+
+/// What the policy keeps per slot besides its heap item: 8 bytes.
+#[derive(Clone, Copy, Debug)]
+struct SlotState {
+    /// Index of the slot's item in the heap, or `ABSENT`.
+    pos: u32,
     /// Reference count: 1 at admission, +1 per hit (saturating).
     freq: u32,
 }
+
+const UNTRACKED: SlotState = SlotState {
+    pos: ABSENT,
+    freq: 0,
+};
 
 impl Item {
     /// Whether `self` should be evicted before `other`.
@@ -52,13 +66,13 @@ impl Item {
 
 /// Greedy-Dual bookkeeping parameterised by the priority function.
 pub(crate) struct HeapPolicy<P> {
-    heap: Vec<Item>,
-    /// `pos[slot]` = index of the slot's item in `heap`, or `ABSENT`.
-    pos: Vec<u32>,
+    heap: ChunkVec<Item>,
+    /// Per slot: its item's position and its reference count.
+    slots: ChunkVec<SlotState>,
     /// The inflation value `L`.
     age: f64,
     /// Next tie-breaking sequence number.
-    seq: u64,
+    seq: u32,
     _priority: PhantomData<fn() -> P>,
 }
 
@@ -74,8 +88,8 @@ impl<P> std::fmt::Debug for HeapPolicy<P> {
 impl<P: Priority> HeapPolicy<P> {
     pub(crate) fn new() -> Self {
         HeapPolicy {
-            heap: Vec::new(),
-            pos: Vec::new(),
+            heap: ChunkVec::new(),
+            slots: ChunkVec::new(),
             age: 0.0,
             seq: 0,
             _priority: PhantomData,
@@ -88,16 +102,43 @@ impl<P: Priority> HeapPolicy<P> {
         self.age
     }
 
-    fn next_seq(&mut self) -> u64 {
+    fn next_seq(&mut self) -> u32 {
+        if self.seq == u32::MAX {
+            self.renumber();
+        }
         let seq = self.seq;
         self.seq += 1;
         seq
     }
 
+    /// Gives the items sequence numbers 0, 1, … in their current order. The order of the heap
+    /// is unchanged, so it needs no repair; it happens once per four billion admissions and
+    /// hits.
+    fn renumber(&mut self) {
+        let mut order: Vec<(u32, usize)> = self
+            .heap
+            .iter()
+            .enumerate()
+            .map(|(index, item)| (item.seq, index))
+            .collect();
+        order.sort_unstable();
+        for (rank, &(_, index)) in order.iter().enumerate() {
+            // rank < heap length <= u32::MAX - 1.
+            self.heap[index].seq = rank as u32;
+        }
+        self.seq = order.len() as u32;
+    }
+
+    /// Sets the sequence counter (to test renumbering without four billion operations).
+    #[cfg(test)]
+    fn set_seq(&mut self, seq: u32) {
+        self.seq = seq;
+    }
+
     /// Put `item` at heap index `index` and record its position.
     fn place(&mut self, index: usize, item: Item) {
         // Heap indices are < number of slots <= u32::MAX - 1.
-        self.pos[item.slot as usize] = index as u32;
+        self.slots[item.slot as usize].pos = index as u32;
         self.heap[index] = item;
     }
 
@@ -155,7 +196,7 @@ impl<P: Priority> HeapPolicy<P> {
         self.heap.swap(index, last);
         let removed = self.heap[last];
         self.heap.truncate(last);
-        self.pos[removed.slot as usize] = ABSENT;
+        self.slots[removed.slot as usize] = UNTRACKED;
         if index < last {
             self.fix(index);
         }
@@ -164,36 +205,37 @@ impl<P: Priority> HeapPolicy<P> {
 }
 
 impl<P: Priority> Policy for HeapPolicy<P> {
-    const BYTES_PER_ENTRY: usize = std::mem::size_of::<Item>() + std::mem::size_of::<u32>();
+    const BYTES_PER_ENTRY: usize = std::mem::size_of::<Item>() + std::mem::size_of::<SlotState>();
 
     fn admit(&mut self, slot: u32, size: u64) {
         let index = slot as usize;
-        if index >= self.pos.len() {
-            self.pos.resize(index + 1, ABSENT);
+        if index >= self.slots.len() {
+            self.slots.resize(index + 1, UNTRACKED);
         }
-        debug_assert_eq!(self.pos[index], ABSENT, "slot {slot} admitted twice");
+        debug_assert_eq!(self.slots[index].pos, ABSENT, "slot {slot} admitted twice");
+        self.slots[index].freq = 1;
         let item = Item {
             priority: P::priority(self.age, 1, size),
             seq: self.next_seq(),
             slot,
-            freq: 1,
         };
         self.heap.push(item);
         self.sift_up(self.heap.len() - 1);
     }
 
     fn touch(&mut self, slot: u32, size: u64) {
-        let index = self.pos[slot as usize] as usize;
         let seq = self.next_seq();
+        let state = &mut self.slots[slot as usize];
+        state.freq = state.freq.saturating_add(1);
+        let (index, freq) = (state.pos as usize, state.freq);
         let item = &mut self.heap[index];
-        item.freq = item.freq.saturating_add(1);
-        item.priority = P::priority(self.age, item.freq, size);
+        item.priority = P::priority(self.age, freq, size);
         item.seq = seq;
         self.fix(index);
     }
 
     fn forget(&mut self, slot: u32) {
-        let index = self.pos[slot as usize] as usize;
+        let index = self.slots[slot as usize].pos as usize;
         self.remove_at(index);
     }
 
@@ -216,7 +258,11 @@ impl<P: Priority> Policy for HeapPolicy<P> {
     #[cfg(test)]
     fn check(&self) {
         for (index, item) in self.heap.iter().enumerate() {
-            assert_eq!(self.pos[item.slot as usize] as usize, index, "pos of slot");
+            assert_eq!(
+                self.slots[item.slot as usize].pos as usize, index,
+                "pos of slot"
+            );
+            assert!(self.slots[item.slot as usize].freq >= 1, "freq of slot");
             assert!(
                 item.priority.is_finite() && item.priority >= self.age,
                 "K below L"
@@ -226,7 +272,7 @@ impl<P: Priority> Policy for HeapPolicy<P> {
                 assert!(!item.before(&parent), "heap order violated at {index}");
             }
         }
-        let tracked = self.pos.iter().filter(|&&p| p != ABSENT).count();
+        let tracked = self.slots.iter().filter(|s| s.pos != ABSENT).count();
         assert_eq!(tracked, self.heap.len(), "stale positions");
     }
 }
@@ -264,6 +310,28 @@ mod tests {
         assert_eq!(heap.age(), 2.0);
         assert_eq!(heap.evict(), None);
         heap.check();
+    }
+
+    #[test]
+    fn ties_still_go_to_the_oldest_across_a_renumbering() {
+        for start in [0, u32::MAX - 1, u32::MAX - 4, u32::MAX - 9] {
+            let mut heap = HeapPolicy::<Count>::new();
+            heap.set_seq(start);
+            for slot in 0..5 {
+                heap.admit(slot, 1);
+            }
+            heap.touch(0, 1); // K = 2
+            heap.touch(3, 1); // K = 2, hit after 0
+            heap.check();
+            assert_eq!(heap.evict(), Some(1), "from {start}");
+            assert_eq!(heap.evict(), Some(2), "from {start}");
+            assert_eq!(heap.evict(), Some(4), "from {start}");
+            heap.admit(9, 1); // K = L + 1 = 2, newest
+            assert_eq!(heap.evict(), Some(0), "from {start}");
+            assert_eq!(heap.evict(), Some(3), "from {start}");
+            assert_eq!(heap.evict(), Some(9), "from {start}");
+            heap.check();
+        }
     }
 
     #[test]

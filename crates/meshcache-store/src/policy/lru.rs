@@ -3,6 +3,7 @@
 //! the victim is the back. Every operation is O(1).
 
 use super::Policy;
+use crate::chunked::ChunkVec;
 
 /// "No slot" in a link. The store never hands out slot `u32::MAX`.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -24,7 +25,7 @@ const UNLINKED: Link = Link {
 /// LRU bookkeeping.
 #[derive(Debug)]
 pub(crate) struct Lru {
-    links: Vec<Link>,
+    links: ChunkVec<Link>,
     /// Most recently used slot.
     head: u32,
     /// Least recently used slot: the next victim.
@@ -36,7 +37,7 @@ pub(crate) struct Lru {
 impl Lru {
     pub(crate) fn new() -> Self {
         Lru {
-            links: Vec::new(),
+            links: ChunkVec::new(),
             head: NIL,
             tail: NIL,
             #[cfg(test)]
