@@ -129,10 +129,13 @@ impl BodyArena {
         let len = usize::try_from(size).map_err(|_| io::Error::other("arena too large"))?;
         let map = MmapOptions::new().len(len).map_raw_read_only(&file)?;
         let pages = u32::try_from(size / PAGE).map_err(|_| io::Error::other("arena too large"))?;
-        // One node per extent, plus the free regions between them.
-        let max_allocs = (size / MIN_SIZE as u64)
+        // The allocator's node table is allocated up front (about 32 bytes a node): one node per
+        // extent and per free region between them. The store holds at most `budget / MIN_SIZE`
+        // bodies, plus evicted ones still being sent; when the nodes run out, bodies stay on the
+        // heap.
+        let max_allocs = (budget / MIN_SIZE as u64)
             .saturating_mul(2)
-            .saturating_add(16)
+            .saturating_add(1024)
             .min(u64::from(u32::MAX - 3)) as u32;
         Ok(Arc::new(BodyArena {
             file,
