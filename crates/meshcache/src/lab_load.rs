@@ -33,6 +33,9 @@ pub struct LoadArgs {
     /// Outstanding requests per emulated client (trace mode).
     #[arg(long, default_value_t = 1)]
     outstanding: usize,
+    /// Pause between a response and the emulated client's next request (trace mode).
+    #[arg(long, conflicts_with = "url", value_parser = humantime::parse_duration)]
+    think: Option<Duration>,
     /// Per-request timeout.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     timeout: Duration,
@@ -84,7 +87,7 @@ pub fn run(args: LoadArgs) -> anyhow::Result<()> {
             target,
             streams: streams.into_values().collect(),
             outstanding: args.outstanding,
-            think: None,
+            think: args.think,
             timeout: args.timeout,
             deadline: None,
             classifier: Classifier {

@@ -361,3 +361,323 @@ protocol = "icp"
     }
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// The URLs (7th field of Squid's native format) a node's access log holds, in a run's folder.
+fn logged_urls(run: &Path, node: &str) -> Vec<String> {
+    std::fs::read_to_string(run.join(node).join("access.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(6).map(str::to_string))
+        .collect()
+}
+
+fn host_of(url: &str) -> &str {
+    url.trim_start_matches("http://")
+        .split(['/', ':'])
+        .next()
+        .unwrap_or("")
+}
+
+/// The hierarchy paper's 3.1, 2.2 and 2.2.dom arrangements end to end, with workload variants,
+/// repetitions, emulated links between the clients and a node and between a node and the
+/// origins, and think time.
+#[test]
+fn hierarchies_variants_repetitions_links_and_think_time() {
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("exp.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "lab-features"
+seed = 11
+repetitions = 2
+products = ["meshcache"]
+[workload]
+model = "characterized"
+requests = 240
+clients = 6
+[[workload.group]]
+host = "www.shop.br"
+domain_ratio = 0.5
+hot_ratio = 0.6
+hot_set_size = 10
+hot_set_popularity = 0.8
+[[workload.group]]
+host = "www.news.com"
+domain_ratio = 0.5
+hot_ratio = 0.6
+hot_set_size = 10
+hot_set_popularity = 0.8
+[[variant]]
+name = "full"
+[[variant]]
+name = "short"
+workload = { requests = 120 }
+[origins]
+cache_control = "max-age=86400"
+[nodes]
+memory = "64 MiB"
+[clients]
+outstanding = 1
+think = "10ms"
+[[link]]
+name = "last-mile"
+from = "clients"
+to = "c0"
+profile = { delay = "15ms" }
+[[link]]
+name = "transit"
+from = "p0"
+to = "origins"
+profile = { delay = "25ms" }
+[[config]]
+name = "3.1"
+topology = "3.1"
+protocol = "icp"
+baseline = true
+[[config]]
+name = "3.1 direct"
+topology = "3.1"
+protocol = "icp"
+links = []
+[[config]]
+name = "2.2"
+topology = "2.2"
+protocol = "icp"
+links = []
+[[config]]
+name = "2.2.dom"
+topology = "2.2.dom"
+protocol = "icp"
+links = []
+"#,
+    )
+    .expect("write");
+    let out_dir = dir.path().join("out");
+    let r = run_ok(&file, &out_dir);
+    let configs = r["configs"].as_array().expect("configs");
+    assert_eq!(
+        configs.len(),
+        16,
+        "4 configurations × 2 variants × 2 repetitions"
+    );
+    for (variant, requests) in [("full", 240), ("short", 120)] {
+        let group = format!("meshcache {variant}");
+        let runs: Vec<_> = configs.iter().filter(|c| c["group"] == group).collect();
+        assert_eq!(runs.len(), 8, "{group}");
+        let inherent = &runs[0]["inherent_hit_ratio"];
+        for c in &runs {
+            assert_eq!(c["requests"], requests, "{c:#}");
+            assert_eq!(c["errors"], 0, "{c:#}");
+            assert_eq!(c["seed"], runs[0]["seed"], "repetitions use the same seeds");
+            assert_eq!(
+                &c["inherent_hit_ratio"], inherent,
+                "one workload per variant"
+            );
+        }
+        for name in ["3.1", "3.1 direct", "2.2", "2.2.dom"] {
+            let mut reps: Vec<u64> = runs
+                .iter()
+                .filter(|c| c["name"] == name)
+                .map(|c| c["repetition"].as_u64().expect("repetition"))
+                .collect();
+            reps.sort_unstable();
+            assert_eq!(reps, [0, 1], "{group} / {name}");
+        }
+    }
+
+    let full = |name: &str| {
+        configs
+            .iter()
+            .find(|c| c["group"] == "meshcache full" && c["name"] == name && c["repetition"] == 0)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    // Links: a third of the requests (c0's clients) cross 15 ms each way; c0's misses also
+    // cross 25 ms each way from p0 to the origins, so more than 5 % of requests take 80 ms.
+    // Without the links, loopback answers in a few milliseconds.
+    let p95 = |c: &serde_json::Value| c["latency_ms"]["p95"].as_f64().expect("p95");
+    let linked = full("3.1");
+    let direct = full("3.1 direct");
+    assert!(p95(linked) >= 75.0, "{:#}", linked["latency_ms"]);
+    assert!(p95(direct) < 15.0, "{:#}", direct["latency_ms"]);
+    // Think time: each client sends its 40 requests one after another, 10 ms apart.
+    let wall = direct["wall_s"].as_f64().expect("wall");
+    assert!(
+        wall >= 0.39,
+        "6 clients × 40 requests with 10 ms think took {wall} s"
+    );
+
+    // 2.2.dom: p0 is the parent for .br only, p1 for everything else; in 2.2 both parents
+    // serve every domain.
+    let runs_dir = out_dir.join("runs");
+    let run_of = |name: &str| {
+        std::fs::read_dir(&runs_dir)
+            .expect("runs")
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.ends_with(&format!("-meshcache-full-{name}")))
+            })
+            .unwrap_or_else(|| panic!("no run folder for {name}"))
+    };
+    let dom = run_of("2.2.dom");
+    let (br, rest) = (logged_urls(&dom, "p0"), logged_urls(&dom, "p1"));
+    assert!(!br.is_empty() && !rest.is_empty(), "{br:?} {rest:?}");
+    assert!(br.iter().all(|u| host_of(u).ends_with(".br")), "{br:?}");
+    assert!(
+        rest.iter().all(|u| !host_of(u).ends_with(".br")),
+        "{rest:?}"
+    );
+    let plain = run_of("2.2");
+    let parents: Vec<String> = [logged_urls(&plain, "p0"), logged_urls(&plain, "p1")].concat();
+    assert!(parents.iter().any(|u| host_of(u).ends_with(".br")));
+    assert!(parents.iter().any(|u| !host_of(u).ends_with(".br")));
+}
+
+/// `trace = "FILE"`: a trace written by `meshcache workload generate` is replayed as it is.
+#[test]
+fn a_trace_file_is_replayed() {
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("trace.txt");
+    let out = Command::new(bin())
+        .args([
+            "workload",
+            "generate",
+            "--clients",
+            "3",
+            "--requests-per-client",
+            "10",
+        ])
+        .args([
+            "--hit-ratio",
+            "0.5",
+            "--groups",
+            "1",
+            "--seed",
+            "5",
+            "--out",
+        ])
+        .arg(&trace)
+        .output()
+        .expect("generate runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = dir.path().join("exp.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "replay"
+[workload]
+trace = "trace.txt"
+[origins]
+cache_control = "max-age=3600"
+[clients]
+serial = true
+[[config]]
+name = "one"
+topology = "1.0"
+protocol = "none"
+baseline = true
+"#,
+    )
+    .expect("write");
+    let out_dir = dir.path().join("out");
+    let r = run_ok(&file, &out_dir);
+    let c = config(&r, "meshcache", "one");
+    assert_eq!(c["requests"], 30, "{c:#}");
+    assert_eq!(c["errors"], 0, "{c:#}");
+    // One cache big enough for all, one request at a time: it hits exactly where the trace
+    // repeats a URL.
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let mut seen = std::collections::HashSet::new();
+    let repeats = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter(|l| !seen.insert(l.split_whitespace().nth(3).unwrap_or("").to_string()))
+        .count();
+    let hits = (c["hit_ratio"].as_f64().expect("hit ratio") * 30.0).round() as usize;
+    assert_eq!(hits, repeats, "{c:#}");
+    // Serial replay: the node saw the trace's URLs in the trace's order (after the lab's own
+    // pre-warming request; the origins listen on port 8080).
+    let logged: Vec<String> = logged_urls(&out_dir.join("runs").join("00-meshcache-one"), "n0")
+        .into_iter()
+        .filter(|u| !u.contains("/lab-prewarm/"))
+        .map(|u| u.replacen(":8080/", "/", 1))
+        .collect();
+    let traced: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().nth(3).unwrap_or("").to_string())
+        .collect();
+    assert_eq!(logged, traced);
+}
+
+/// `lab load --think`: an emulated client pauses between a response and its next request.
+#[test]
+fn the_client_emulator_thinks_between_requests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut origin = Command::new(bin())
+        .args(["lab", "origin", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("origin starts");
+    let up = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    // One client, five requests.
+    let trace = dir.path().join("trace.txt");
+    let lines: String = (0..5)
+        .map(|i| format!("0 0 100 http://127.0.0.1:{port}/t{i}?size=100\n"))
+        .collect();
+    std::fs::write(&trace, format!("# meshcache trace v1\n{lines}")).expect("write");
+    let load = |extra: &[&str]| -> serde_json::Value {
+        let out = Command::new(bin())
+            .args(["lab", "load", "--origin", "--json", "--trace"])
+            .arg(&trace)
+            .args(extra)
+            .output()
+            .expect("load runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON report")
+    };
+    let (quick, thinking) = if up {
+        (load(&[]), load(&["--think", "100ms"]))
+    } else {
+        (serde_json::Value::Null, serde_json::Value::Null)
+    };
+    let _ = origin.kill();
+    let _ = origin.wait();
+    assert!(up, "the origin did not start");
+    for r in [&quick, &thinking] {
+        assert_eq!(r["requests"], 5, "{r:#}");
+        assert_eq!(r["errors"]["connect"], 0, "{r:#}");
+    }
+    let wall = |r: &serde_json::Value| r["wall_s"].as_f64().expect("wall");
+    assert!(
+        wall(&thinking) >= 0.4,
+        "four pauses of 100 ms: {thinking:#}"
+    );
+    assert!(wall(&quick) < 0.3, "no think time: {quick:#}");
+    // Think time is not latency.
+    assert!(
+        thinking["latency_ms"]["max"].as_f64().expect("max") < 100.0,
+        "{thinking:#}"
+    );
+}
