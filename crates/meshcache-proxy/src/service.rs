@@ -62,6 +62,11 @@ pub(crate) struct Target {
 }
 
 /// Handles one request. Never fails: every problem becomes a response.
+///
+/// The paths beyond a plain hit (fetching, revalidating, tunnels, applets) are awaited as boxed
+/// futures, so the future every request carries is 3 KB instead of 7.9 KB (measured with
+/// `size_of_val`): that is the memory an in-flight request holds, and what is moved when it
+/// starts.
 pub(crate) async fn handle(
     shared: Arc<Shared>,
     client: SocketAddr,
@@ -110,7 +115,7 @@ pub(crate) async fn handle(
         }
     }
     if parts.method == Method::CONNECT {
-        return Ok(tunnel::connect(shared, txn, parts).await);
+        return Ok(Box::pin(tunnel::connect(shared, txn, parts)).await);
     }
     // Content-Length with Transfer-Encoding never gets here: hyper reads such a body as chunked,
     // drops the length and closes the connection after the response (RFC 9112 §6.3).
@@ -142,7 +147,7 @@ pub(crate) async fn handle(
     let response = if parts.method == Method::GET || parts.method == Method::HEAD {
         cached(&shared, txn, parts, target).await
     } else {
-        pass_through(&shared, txn, parts, body, target, &violation).await
+        Box::pin(pass_through(&shared, txn, parts, body, target, &violation)).await
     };
     Ok(response)
 }
@@ -301,7 +306,7 @@ async fn cached(
                 );
             }
             Usability::MustValidate if parts.method == Method::GET => {
-                return revalidate(shared, txn, parts, target, found).await;
+                return Box::pin(revalidate(shared, txn, parts, target, found)).await;
             }
             Usability::MustValidate => {}
         }
@@ -322,11 +327,19 @@ async fn cached(
         && !parts.headers.contains_key(header::IF_NONE_MATCH)
         && !parts.headers.contains_key(header::IF_MODIFIED_SINCE);
     if !collapsible {
-        return fetch(shared, txn, parts, target, None, ResultCode::TcpMiss).await;
+        return Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await;
     }
     match shared.cache.collapse(&target.url) {
         Collapse::Leader(guard) => {
-            fetch(shared, txn, parts, target, Some(guard), ResultCode::TcpMiss).await
+            Box::pin(fetch(
+                shared,
+                txn,
+                parts,
+                target,
+                Some(guard),
+                ResultCode::TcpMiss,
+            ))
+            .await
         }
         Collapse::Follower(mut done) => {
             shared.metrics.collapsed.fetch_add(1, Relaxed);
@@ -351,7 +364,7 @@ async fn cached(
                     .await;
                 }
             }
-            fetch(shared, txn, parts, target, None, ResultCode::TcpMiss).await
+            Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await
         }
     }
 }
@@ -372,11 +385,20 @@ async fn serve_hit(
     if shared.applets.is_none() {
         return serve_stored(shared, txn, &parts, object, code, now, status_detail);
     }
-    match applets::on_hit(shared, &mut parts, &target.url, txn.client(), object).await {
+    match Box::pin(applets::on_hit(
+        shared,
+        &mut parts,
+        &target.url,
+        txn.client(),
+        object,
+    ))
+    .await
+    {
         Gate::Serve => serve_stored(shared, txn, &parts, object, code, now, status_detail),
         Gate::Built(built) => serve_built(shared, txn, &parts, built, code),
         Gate::Origin(why) => {
-            let mut resp = fetch(shared, txn, parts, target, None, ResultCode::TcpMiss).await;
+            let mut resp =
+                Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await;
             let h = resp.headers_mut();
             if let Some(v) = h.get(&CACHE_STATUS).and_then(|v| v.to_str().ok()) {
                 if let Ok(v) = HeaderValue::from_str(&format!("{v}; detail={why}")) {
