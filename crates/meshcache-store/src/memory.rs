@@ -68,7 +68,7 @@ const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
 /// A byte-budgeted in-memory object index with a selectable replacement
 /// policy. See the [crate documentation](crate) for an overview.
 ///
-/// Entries live in a slab (`Vec` of slots plus a free list) and are found
+/// Entries live in a slab (chunked array of slots plus a free list) and are found
 /// through a hash table of slot numbers (hashed and compared by the key in the slot, so
 /// the 16-byte key is stored once); the policy keeps its
 /// own per-slot bookkeeping. Nothing here is thread-safe or time-aware on its
@@ -275,8 +275,14 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
 
     /// Unlink `key` from the index, the policy and the slab.
     fn remove(&mut self, key: &StoreKey) -> Option<Entry<V>> {
-        let slot = self.find(key)?;
-        self.unindex_slot(key, slot);
+        let slots = &self.slots;
+        let found = self
+            .index
+            .find_entry(self.hasher.hash_one(key), |&slot| {
+                slots[slot as usize].as_ref().is_some_and(|e| e.key == *key)
+            })
+            .ok()?;
+        let (slot, _) = found.remove();
         self.policy.forget(slot);
         Some(self.release(slot))
     }
