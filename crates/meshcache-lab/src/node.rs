@@ -475,22 +475,53 @@ impl NodeProcess {
 
     /// Stops it: SIGTERM, up to `grace` to exit, then SIGKILL.
     pub fn stop(&mut self, grace: Duration) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        stop_all(std::slice::from_mut(self), grace);
+    }
+
+    /// Sends SIGTERM, if it is still running.
+    fn terminate(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
         }
-        let _ = child.kill();
-        let _ = child.wait();
+    }
+
+    /// Whether it has exited (reaping it if so).
+    fn exited(&mut self) -> bool {
+        match &mut self.child {
+            None => true,
+            Some(child) => {
+                let gone = !matches!(child.try_wait(), Ok(None));
+                if gone {
+                    self.child = None;
+                }
+                gone
+            }
+        }
+    }
+}
+
+/// Stops `nodes` together: SIGTERM to every one, up to `grace` for all to exit, then SIGKILL to
+/// the rest. (One at a time, four Squids each taking their `shutdown_lifetime` made every run's
+/// teardown, and an interrupted run's, last several seconds.)
+pub fn stop_all(nodes: &mut [NodeProcess], grace: Duration) {
+    for n in nodes.iter() {
+        n.terminate();
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if nodes.iter_mut().all(|n| n.exited()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for n in nodes.iter_mut() {
+        if let Some(mut child) = n.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

@@ -370,9 +370,7 @@ struct Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        for n in &mut self.nodes {
-            n.stop(Duration::from_secs(3));
-        }
+        node::stop_all(&mut self.nodes, Duration::from_secs(3));
     }
 }
 

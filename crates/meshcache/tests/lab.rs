@@ -302,13 +302,31 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 /// Stopping `lab run` midway (SIGTERM to the command) leaves no node behind.
 #[test]
 fn an_interrupted_run_leaves_nothing_behind() {
+    interrupt_midway("meshcache", "TERM");
+}
+
+/// The same with Squid nodes, and Ctrl-C (SIGINT) instead of SIGTERM.
+#[test]
+fn an_interrupted_squid_run_leaves_nothing_behind() {
+    if !squid_installed() {
+        eprintln!("squid is not installed: skipped");
+        return;
+    }
+    interrupt_midway("squid", "INT");
+}
+
+/// Starts a long run of `product` nodes, sends `signal` to `lab run` once they serve, and checks
+/// that every process the run started is gone within 15 s.
+fn interrupt_midway(product: &str, signal: &str) {
     let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("exp.toml");
     std::fs::write(
         &file,
-        r#"
+        format!(
+            r#"
 name = "long"
+products = ["{product}"]
 [workload]
 model = "benchmark"
 clients = 4
@@ -320,7 +338,8 @@ delay = "100ms"
 name = "long"
 topology = "2.0"
 protocol = "icp"
-"#,
+"#
+        ),
     )
     .expect("write");
     let out_dir = dir.path().join("out");
@@ -333,7 +352,12 @@ protocol = "icp"
         .spawn()
         .expect("lab run starts");
     // Wait until the nodes run.
-    let conf = out_dir.join("runs/00-meshcache-long/n1/meshcache.toml");
+    let conf_name = if product == "squid" {
+        "squid.conf"
+    } else {
+        "meshcache.toml"
+    };
+    let conf = out_dir.join(format!("runs/00-{product}-long/n1/{conf_name}"));
     let started = std::time::Instant::now();
     while !conf.exists() && started.elapsed() < std::time::Duration::from_secs(30) {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -347,12 +371,12 @@ protocol = "icp"
         processes_mentioning(&needle)
     );
     let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
     let _ = child.wait();
-    // The command's own namespace copy stops its nodes; give it a few seconds.
+    // The command's own namespace copy stops its nodes (SIGTERM, SIGKILL after 3 s).
     let mut left = processes_mentioning(&needle);
     let t = std::time::Instant::now();
     while !left.is_empty() && t.elapsed() < std::time::Duration::from_secs(15) {
