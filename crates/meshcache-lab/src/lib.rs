@@ -17,6 +17,7 @@
 //! | [`topology`] | flat, 3.1, 2.2, 2.2.dom, pair, and custom cache graphs |
 //! | [`node`] | nodes' addresses, generated configs (meshcache TOML, squid.conf) and processes |
 //! | [`measure`] | CPU, UDP/TCP counters and the nodes' own counters, before and after a measured phase |
+//! | [`tcpcount`] | TCP segments sent and received per node, from the kernel's per-socket counters (sock_diag) |
 //! | [`replay`] | a workload's requests split into per-node jobs and replayed by the client emulator |
 //! | [`run`] | the runner: origins, links, nodes, warm-up, measured replay, teardown |
 //! | [`results`] | what a run measured (`results.json`) |
@@ -120,6 +121,7 @@ pub mod replay;
 pub mod report;
 pub mod results;
 pub mod run;
+pub mod tcpcount;
 pub mod topology;
 
 pub use link::{Link, LinkConfig};

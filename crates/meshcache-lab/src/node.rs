@@ -143,7 +143,14 @@ impl NodePlan {
         );
         let access = self.dir.join("access.log");
         let _ = writeln!(t, "\n[log]\naccess = {}", q(&access.to_string_lossy()));
-        let _ = writeln!(t, "\n[upstream]\npersistent = {}", self.persistent);
+        // Connections to origins and peers leave from the node's address (as Squid's
+        // tcp_outgoing_address below), so that its TCP segments are counted as its own.
+        let _ = writeln!(
+            t,
+            "\n[upstream]\npersistent = {}\nsource_address = {}",
+            self.persistent,
+            q(&self.ip.to_string())
+        );
         let _ = writeln!(t, "\n[dns.hosts]");
         for (host, ip) in &self.hosts {
             let _ = writeln!(t, "{} = {}", q(host), q(&ip.to_string()));

@@ -21,6 +21,8 @@
 //! * **CPU per node** (its Tables 4–5): each node's CPU time split into
 //!   client / peer / search / overhead. Squid does not report this split, so
 //!   its nodes read "n/a" and its configurations are left off the HEG.
+//! * **Messages per node**: each node's UDP datagrams and TCP segments, sent
+//!   and received (the Summary Cache paper's per-proxy netstat figures).
 //! * **Latency** (the trans-Pacific cache study): median, the mean of the
 //!   requests under 5 s with the share it covers, the mean of the tail, p95
 //!   and p99; and for groups whose latencies reach a quarter second, the
@@ -305,6 +307,8 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
                     m.cpu_sys_s += n.cpu_sys_s;
                     m.udp_sent += n.udp_sent;
                     m.udp_received += n.udp_received;
+                    m.tcp_sent = m.tcp_sent.zip(n.tcp_sent).map(|(a, b)| a + b);
+                    m.tcp_received = m.tcp_received.zip(n.tcp_received).map(|(a, b)| a + b);
                     m.client_s += n.client_s;
                     m.peer_s += n.peer_s;
                     m.search_s += n.search_s;
@@ -351,6 +355,8 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
         udp_datagrams_netns: med_u(&|c| c.udp_datagrams_netns),
         origin_requests: med_u(&|c| c.origin_requests),
         tcp_messages: med_u(&|c| c.tcp_messages),
+        tcp_segments_netns: med_u(&|c| c.tcp_segments_netns),
+        tcp_per_node: reps.iter().all(|c| c.tcp_per_node),
         intercache_messages_per_request: med(&|c| c.intercache_messages_per_request),
         protocol_messages_per_request: med(&|c| c.protocol_messages_per_request),
         intercache_bytes_per_request: med(&|c| c.intercache_bytes_per_request),
@@ -529,9 +535,9 @@ pub fn header_markdown(results: &Results) -> String {
         }
     };
     let netns = if m.own_netns {
-        "own (UDP and TCP counts are the run's alone)"
+        "own (the namespace-wide UDP and TCP counts are the run's alone)"
     } else {
-        "shared with the host (TCP counts are the nodes' own estimates)"
+        "shared with the host (namespace-wide counts include the host's traffic)"
     };
     let rows = vec![
         vec!["revision".into(), or_unknown(&results.revision)],
@@ -575,6 +581,17 @@ pub fn group_markdown(group: &Group) -> String {
         }
         None => s.push_str("\nNo baseline in this group: no overhead rows.\n"),
     }
+    if group.rows.iter().any(|r| !r.config.tcp_per_node) {
+        s.push_str(
+            "\nTCP msgs: segments in the whole network namespace (per-node counts were not \
+             available in this run).\n",
+        );
+    } else {
+        s.push_str(
+            "\nUDP and TCP msgs: datagrams and segments the cache nodes sent plus received \
+             (per node below).\n",
+        );
+    }
     let _ = writeln!(s, "\n### Hierarchy\n");
     s.push_str(&hierarchy_table(group));
     if group.rows.iter().any(|r| r.config.protocol != "none") {
@@ -595,6 +612,14 @@ pub fn group_markdown(group: &Group) -> String {
     }
     let _ = writeln!(s, "\n### CPU per node\n");
     s.push_str(&cpu_table(group));
+    let _ = writeln!(s, "\n### Messages per node\n");
+    s.push_str(&messages_table(group));
+    let _ = writeln!(
+        s,
+        "\nUDP: inter-cache datagrams (the node's own counters). TCP: segments the node's \
+         sockets sent and received, with its clients, peers and origins (the kernel's \
+         per-socket counters), as the Summary Cache paper's netstat counted per proxy machine."
+    );
     let _ = writeln!(s, "\n### Latency\n");
     s.push_str(&latency_table(group));
     let _ = writeln!(
@@ -779,6 +804,42 @@ pub fn hierarchy_table(group: &Group) -> String {
             ]
         })
         .collect();
+    table(&header, &align, &rows)
+}
+
+/// Each node's UDP datagrams and TCP segments, sent and received.
+pub fn messages_table(group: &Group) -> String {
+    let header = [
+        "configuration",
+        "node",
+        "role",
+        "UDP sent",
+        "UDP received",
+        "TCP sent",
+        "TCP received",
+    ];
+    let align: Vec<bool> = (0..header.len()).map(|i| i >= 3).collect();
+    let or_na = |x: Option<u64>| x.map_or_else(|| "n/a".to_string(), |x| x.to_string());
+    let rows: Vec<Vec<String>> = group
+        .rows
+        .iter()
+        .flat_map(|r| {
+            r.config.nodes.iter().map(|n| {
+                vec![
+                    r.config.name.clone(),
+                    n.name.clone(),
+                    n.role.clone(),
+                    n.udp_sent.to_string(),
+                    n.udp_received.to_string(),
+                    or_na(n.tcp_sent),
+                    or_na(n.tcp_received),
+                ]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return "No node reported.\n".into();
+    }
     table(&header, &align, &rows)
 }
 

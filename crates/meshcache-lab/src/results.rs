@@ -104,8 +104,16 @@ pub struct ConfigResult {
     /// `udp_messages`).
     #[serde(default)]
     pub udp_datagrams_netns: u64,
-    /// TCP segments sent plus received (whole namespace when `own_netns`, else the nodes' own estimate).
+    /// TCP segments sent plus received by the cache nodes (their sockets' own counters, see
+    /// `tcpcount`); when those are not available, `tcp_segments_netns`.
     pub tcp_messages: u64,
+    /// TCP segments sent plus received in the whole namespace (clients and origins included;
+    /// when `own_netns`, else the host's too).
+    #[serde(default)]
+    pub tcp_segments_netns: u64,
+    /// Whether `tcp_messages` and the nodes' TCP figures are per node (sock_diag worked).
+    #[serde(default)]
+    pub tcp_per_node: bool,
     /// Inter-cache messages (queries, replies, peer HTTP requests) per client request.
     pub intercache_messages_per_request: f64,
     /// Inter-cache protocol messages per client request: the messages above less the object
@@ -174,6 +182,13 @@ pub struct NodeResult {
     pub udp_sent: u64,
     /// Inter-cache UDP datagrams received.
     pub udp_received: u64,
+    /// TCP segments its sockets sent (clients, peers and origins alike); `None` when the run
+    /// could not count per node.
+    #[serde(default)]
+    pub tcp_sent: Option<u64>,
+    /// TCP segments its sockets received.
+    #[serde(default)]
+    pub tcp_received: Option<u64>,
     /// CPU seconds spent serving its clients' requests (meshcache's instrumentation; 0 for Squid).
     pub client_s: f64,
     /// CPU seconds spent serving peers (their HTTP requests and queries).

@@ -117,6 +117,15 @@ pub async fn run_experiment(
         threads: exp.nodes.threads,
         cpus: exp.nodes.cpus.clone(),
     };
+    // Per-node TCP segments: the nodes' sockets' own counters, read with sock_diag.
+    let tcp_monitor = crate::tcpcount::TcpMonitor::start()
+        .map_err(|e| {
+            tracing::warn!(
+                "TCP segments will be counted for the whole network namespace, not per node \
+                 (sock_diag destroy events need CAP_NET_ADMIN here): {e}"
+            )
+        })
+        .ok();
     let bars = MultiProgress::with_draw_target(if opts.progress {
         ProgressDrawTarget::stderr()
     } else {
@@ -152,9 +161,17 @@ pub async fn run_experiment(
                 .out
                 .join("runs")
                 .join(format!("{index:02}-{}", slug(&name)));
-            let result = run_one(exp, p, &workload, &launcher, &dir, &bars)
-                .await
-                .with_context(|| format!("run {name:?}"))?;
+            let result = run_one(
+                exp,
+                p,
+                &workload,
+                &launcher,
+                &dir,
+                &bars,
+                tcp_monitor.as_ref(),
+            )
+            .await
+            .with_context(|| format!("run {name:?}"))?;
             let line = format!(
                 "{name}: {} requests, hit ratio {:.1}%, latency mean {:.2} ms, p99 {:.2} ms, \
                  CPU {:.2}+{:.2} s, {:.3} inter-cache msgs/request",
@@ -381,6 +398,7 @@ async fn run_one(
     launcher: &Launcher,
     dir: &Path,
     bars: &MultiProgress,
+    tcp_monitor: Option<&crate::tcpcount::TcpMonitor>,
 ) -> anyhow::Result<ConfigResult> {
     let topo = Topology::build(&p.config.topology, exp).map_err(|e| anyhow!(e))?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -699,6 +717,11 @@ async fn run_one(
     bar.set_prefix(p.config.name.clone());
     let ticks = measure::clock_ticks();
     let before = snapshot(&running, ticks)?;
+    let tcp_phase = tcp_monitor.and_then(|m| {
+        tokio::task::block_in_place(|| m.begin())
+            .map_err(|e| tracing::warn!("no per-node TCP counts for this configuration: {e}"))
+            .ok()
+    });
     let origin_before: u64 = running.origins.iter().map(|o| o.total()).sum();
     let wall = Instant::now();
     let reports = if exp.clients.serial {
@@ -707,13 +730,26 @@ async fn run_one(
         crate::replay::replay(&jobs, exp, Some(&bar)).await
     };
     let wall_s = wall.elapsed().as_secs_f64();
+    let tcp = tcp_monitor.zip(tcp_phase).and_then(|(m, phase)| {
+        tokio::task::block_in_place(|| m.end(phase))
+            .map_err(|e| tracing::warn!("no per-node TCP counts for this configuration: {e}"))
+            .ok()
+    });
     let after = snapshot(&running, ticks)?;
     bar.finish_and_clear();
     bars.remove(&bar);
 
     let origin_after: u64 = running.origins.iter().map(|o| o.total()).sum();
     let mut result = summarize(
-        p, &topo, &running, &jobs, &reports, &before, &after, w, wall_s,
+        p,
+        &topo,
+        &running,
+        &jobs,
+        &reports,
+        (&before, &after),
+        tcp.as_ref(),
+        w,
+        wall_s,
     );
     result.seed = exp.seed;
     result.origin_requests = origin_after - origin_before;
@@ -848,8 +884,8 @@ fn summarize(
     running: &Running,
     jobs: &[crate::replay::NodeJob],
     reports: &[crate::replay::JobOutcome],
-    before: &Snapshot,
-    after: &Snapshot,
+    (before, after): (&Snapshot, &Snapshot),
+    tcp: Option<&HashMap<IpAddr, crate::tcpcount::Segments>>,
     w: &Workload,
     wall_s: f64,
 ) -> ConfigResult {
@@ -867,6 +903,7 @@ fn summarize(
     let mut nodes = Vec::new();
     let (mut user, mut sys, mut udp, mut sent, mut peer_http) = (0.0, 0.0, 0u64, 0u64, 0u64);
     let mut bytes = 0u64;
+    let mut tcp_nodes = 0u64;
     let mut sf = crate::results::SummaryFigures::default();
     let (mut fp_weighted, mut mem_per_object, mut summary_nodes) = (0.0, 0.0, 0u32);
     let (mut client_s, mut cpu_with_breakdown) = (0.0, 0.0);
@@ -895,6 +932,8 @@ fn summarize(
             summary_nodes += 1;
         }
         peer_http += from_peers;
+        let node_tcp = tcp.map(|t| t.get(&IpAddr::V4(n.plan.ip)).copied().unwrap_or_default());
+        tcp_nodes += node_tcp.map_or(0, |t| t.sent + t.received);
         let total = cpu.user_s + cpu.sys_s;
         let breakdown = n.plan.product == Product::Meshcache;
         if breakdown && topo.nodes[i].clients {
@@ -924,6 +963,8 @@ fn summarize(
             cpu_sys_s: cpu.sys_s,
             udp_sent: c.udp_sent,
             udp_received: c.udp_received,
+            tcp_sent: node_tcp.map(|t| t.sent),
+            tcp_received: node_tcp.map(|t| t.received),
             client_s: c.client_s,
             peer_s: c.peer_s,
             search_s: c.search_s,
@@ -968,7 +1009,13 @@ fn summarize(
         cpu_user_s: user,
         cpu_sys_s: sys,
         udp_messages: udp,
-        tcp_messages: net.tcp_in + net.tcp_out,
+        tcp_messages: if tcp.is_some() {
+            tcp_nodes
+        } else {
+            net.tcp_in + net.tcp_out
+        },
+        tcp_segments_netns: net.tcp_in + net.tcp_out,
+        tcp_per_node: tcp.is_some(),
         udp_datagrams_netns: net.udp_in + net.udp_out,
         intercache_messages_per_request: per(sent + 2 * peer_http),
         protocol_messages_per_request: per(

@@ -160,6 +160,10 @@ pub struct UpstreamConfig {
     /// Keep connections to origins and peers open for further requests. With `false`, every
     /// request opens a connection of its own and sends `Connection: close`.
     pub persistent: bool,
+    /// The local address upstream connections are opened from (Squid's
+    /// `tcp_outgoing_address`); the kernel picks one when unset. Used only for destinations
+    /// of the same address family.
+    pub source_address: Option<std::net::IpAddr>,
     /// Socket options for upstream connections.
     pub socket: SocketOptions,
 }
@@ -172,6 +176,7 @@ impl Default for UpstreamConfig {
             idle_timeout: Duration::from_secs(60),
             max_idle_per_host: 64,
             persistent: true,
+            source_address: None,
             socket: SocketOptions::default(),
         }
     }

@@ -265,6 +265,12 @@ impl Upstream {
                 let attempt = async {
                     let socket = socket?;
                     sockopt::set_buffers(&socket, &cfg.socket)?;
+                    if let Some(ip) = cfg
+                        .source_address
+                        .filter(|ip| ip.is_ipv4() == addr.is_ipv4())
+                    {
+                        socket.bind(SocketAddr::new(ip, 0))?;
+                    }
                     socket.connect(addr).await
                 };
                 match attempt.await {

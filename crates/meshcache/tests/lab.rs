@@ -533,6 +533,35 @@ links = []
         "6 clients × 40 requests with 10 ms think took {wall} s"
     );
 
+    // TCP segments per node, from the nodes' sockets: every child got each of its clients'
+    // requests in at least one segment and answered in at least one; the parent talked to
+    // the children and the origins; the nodes' segments are a part of the namespace's.
+    for c in configs {
+        assert_eq!(c["tcp_per_node"], true, "{c:#}");
+        let mut nodes_total = 0;
+        for n in c["nodes"].as_array().expect("nodes") {
+            let (sent, received) = (
+                n["tcp_sent"].as_u64().expect("tcp_sent"),
+                n["tcp_received"].as_u64().expect("tcp_received"),
+            );
+            let requests = n["client_requests"].as_u64().expect("client_requests");
+            if n["role"] == "parent" {
+                assert!(sent > 0 && received > 0, "{n:#}");
+            } else {
+                assert!(
+                    requests > 0 && sent >= requests && received >= requests,
+                    "{n:#}"
+                );
+            }
+            nodes_total += sent + received;
+        }
+        assert_eq!(c["tcp_messages"], nodes_total, "{c:#}");
+        assert!(
+            nodes_total <= c["tcp_segments_netns"].as_u64().expect("netns"),
+            "{c:#}"
+        );
+    }
+
     // 2.2.dom: p0 is the parent for .br only, p1 for everything else; in 2.2 both parents
     // serve every domain.
     let runs_dir = out_dir.join("runs");

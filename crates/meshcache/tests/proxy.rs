@@ -683,6 +683,56 @@ async fn socket_options_are_applied_per_side() {
     }
 }
 
+/// `upstream.source_address` is the local address of every upstream connection: an origin sees
+/// fetches and CONNECT tunnels come from it (without it, from the kernel's choice, 127.0.0.1).
+#[tokio::test]
+async fn upstream_connections_leave_from_the_source_address() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    // A one-response-per-connection origin that reports who connected.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, peer)) = listener.accept().await else {
+                return;
+            };
+            let _ = tx.send(peer.ip());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    for source in [Some("127.0.0.7"), None] {
+        let src = source.map(|s| s.parse().expect("ip"));
+        let proxy = node(move |cfg| {
+            cfg.upstream.source_address = src;
+            cfg.http.connect_ports = vec![port];
+        })
+        .await;
+        let want: std::net::IpAddr = source.unwrap_or("127.0.0.1").parse().expect("ip");
+        let r = get(proxy.addr, &format!("http://127.0.0.1:{port}/s")).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(rx.recv().await, Some(want), "fetch from {source:?}");
+        let req = format!(
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\nGET /t HTTP/1.1\r\nHost: x\r\n\r\n"
+        );
+        let out = raw(proxy.addr, req.as_bytes()).await;
+        assert!(out.ends_with("ok"), "{out}");
+        assert_eq!(rx.recv().await, Some(want), "tunnel from {source:?}");
+        proxy.stop().await;
+    }
+    server.abort();
+}
+
 /// FNV-1a over a byte stream, fed in whatever pieces it arrives in.
 #[derive(Clone, Copy)]
 struct Fnv(u64);
