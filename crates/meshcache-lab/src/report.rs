@@ -21,7 +21,8 @@
 //! * **CPU per node** (its Tables 4–5): each node's CPU time split into
 //!   client / peer / search / overhead. Squid does not report this split, so
 //!   its nodes read "n/a" and its configurations are left off the HEG.
-//! * **Messages per node**: each node's UDP datagrams and TCP segments, sent
+//! * **Per node**: each node's clients' hit ratios (local / sibling / parent),
+//!   byte hit ratio and latency, and its UDP datagrams and TCP segments, sent
 //!   and received (the Summary Cache paper's per-proxy netstat figures).
 //! * **Latency** (the trans-Pacific cache study): median, the mean of the
 //!   requests under 5 s with the share it covers, the mean of the tail, p95
@@ -307,6 +308,8 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
                     m.cpu_sys_s += n.cpu_sys_s;
                     m.udp_sent += n.udp_sent;
                     m.udp_received += n.udp_received;
+                    m.client_bytes += n.client_bytes;
+                    m.hit_bytes += n.hit_bytes;
                     m.tcp_sent = m.tcp_sent.zip(n.tcp_sent).map(|(a, b)| a + b);
                     m.tcp_received = m.tcp_received.zip(n.tcp_received).map(|(a, b)| a + b);
                     m.client_s += n.client_s;
@@ -317,6 +320,29 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
                 None => nodes.push(n.clone()),
             }
         }
+    }
+    // A node's latency over the repetitions: each figure's median.
+    for m in &mut nodes {
+        let runs: Vec<&LatencySummary> = reps
+            .iter()
+            .flat_map(|c| &c.nodes)
+            .filter(|n| n.name == m.name)
+            .filter_map(|n| n.latency_ms.as_ref())
+            .collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let med =
+            |f: fn(&LatencySummary) -> f64| median(&runs.iter().map(|l| f(l)).collect::<Vec<_>>());
+        m.latency_ms = Some(LatencySummary {
+            mean: med(|l| l.mean),
+            median: med(|l| l.median),
+            p95: med(|l| l.p95),
+            p99: med(|l| l.p99),
+            truncated_mean: med(|l| l.truncated_mean),
+            truncated_share: med(|l| l.truncated_share),
+            tail_mean: med(|l| l.tail_mean),
+        });
     }
 
     ConfigResult {
@@ -612,13 +638,14 @@ pub fn group_markdown(group: &Group) -> String {
     }
     let _ = writeln!(s, "\n### CPU per node\n");
     s.push_str(&cpu_table(group));
-    let _ = writeln!(s, "\n### Messages per node\n");
-    s.push_str(&messages_table(group));
+    let _ = writeln!(s, "\n### Per node\n");
+    s.push_str(&nodes_table(group));
     let _ = writeln!(
         s,
-        "\nUDP: inter-cache datagrams (the node's own counters). TCP: segments the node's \
-         sockets sent and received, with its clients, peers and origins (the kernel's \
-         per-socket counters), as the Summary Cache paper's netstat counted per proxy machine."
+        "\nHit ratios and latency: the requests of the node's own clients. UDP: inter-cache \
+         datagrams (the node's own counters). TCP: segments the node's sockets sent and \
+         received, with its clients, peers and origins (the kernel's per-socket counters), as \
+         the Summary Cache paper's netstat counted per proxy machine."
     );
     let _ = writeln!(s, "\n### Latency\n");
     s.push_str(&latency_table(group));
@@ -807,12 +834,16 @@ pub fn hierarchy_table(group: &Group) -> String {
     table(&header, &align, &rows)
 }
 
-/// Each node's UDP datagrams and TCP segments, sent and received.
-pub fn messages_table(group: &Group) -> String {
+/// Each node's clients' hit ratios and latency, and its UDP datagrams and TCP segments.
+pub fn nodes_table(group: &Group) -> String {
     let header = [
         "configuration",
         "node",
         "role",
+        "client requests",
+        "hit ratio (local / sibling / parent)",
+        "byte hit ratio",
+        "latency mean / p50 / p99 (ms)",
         "UDP sent",
         "UDP received",
         "TCP sent",
@@ -824,11 +855,49 @@ pub fn messages_table(group: &Group) -> String {
         .rows
         .iter()
         .flat_map(|r| {
-            r.config.nodes.iter().map(|n| {
+            r.config.nodes.iter().map(move |n| {
+                let share = |x: u64| {
+                    if n.client_requests == 0 {
+                        "-".to_string()
+                    } else {
+                        fmt_pct(x as f64 / n.client_requests as f64)
+                    }
+                };
+                let hits = if n.client_requests == 0 {
+                    "-".to_string()
+                } else {
+                    format!(
+                        "{} ({} / {} / {})",
+                        share(n.local_hits + n.sibling_hits + n.parent_hits),
+                        share(n.local_hits),
+                        share(n.sibling_hits),
+                        share(n.parent_hits)
+                    )
+                };
+                let bytes = if n.client_bytes == 0 {
+                    "-".to_string()
+                } else {
+                    fmt_pct(n.hit_bytes as f64 / n.client_bytes as f64)
+                };
+                let latency = n.latency_ms.as_ref().map_or_else(
+                    || "-".to_string(),
+                    |l| {
+                        format!(
+                            "{} / {} / {}",
+                            fmt_ms(l.mean),
+                            fmt_ms(l.median),
+                            fmt_ms(l.p99)
+                        )
+                    },
+                );
                 vec![
                     r.config.name.clone(),
                     n.name.clone(),
                     n.role.clone(),
+                    n.client_requests.to_string(),
+                    hits,
+                    bytes,
+                    latency,
                     n.udp_sent.to_string(),
                     n.udp_received.to_string(),
                     or_na(n.tcp_sent),

@@ -174,6 +174,17 @@ pub struct NodeResult {
     pub sibling_hits: u64,
     /// See `local_hits`.
     pub parent_hits: u64,
+    /// Body bytes its clients received.
+    #[serde(default)]
+    pub client_bytes: u64,
+    /// Body bytes of its clients' hits (local, sibling or parent): over `client_bytes`, the
+    /// node's byte hit ratio.
+    #[serde(default)]
+    pub hit_bytes: u64,
+    /// Its clients' latency (`None` for a node without clients). Over repetitions, each
+    /// figure's median.
+    #[serde(default)]
+    pub latency_ms: Option<LatencySummary>,
     /// User CPU seconds.
     pub cpu_user_s: f64,
     /// System CPU seconds.

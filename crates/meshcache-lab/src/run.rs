@@ -959,6 +959,11 @@ fn summarize(
             local_hits: lh,
             sibling_hits: sh,
             parent_hits: ph,
+            client_bytes: job.map_or(0, |j| reports[j].bytes),
+            hit_bytes: job.map_or(0, |j| reports[j].hit_bytes),
+            latency_ms: job
+                .filter(|&j| !reports[j].latency.is_empty())
+                .map(|j| latency_summary(&reports[j].latency).summary),
             cpu_user_s: cpu.user_s,
             cpu_sys_s: cpu.sys_s,
             udp_sent: c.udp_sent,

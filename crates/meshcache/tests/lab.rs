@@ -547,11 +547,27 @@ links = []
             let requests = n["client_requests"].as_u64().expect("client_requests");
             if n["role"] == "parent" {
                 assert!(sent > 0 && received > 0, "{n:#}");
+                // Parents have no clients of their own: no client figures.
+                assert_eq!(requests, 0, "{n:#}");
+                assert!(n["latency_ms"].is_null(), "{n:#}");
+                assert_eq!(n["client_bytes"], 0, "{n:#}");
             } else {
                 assert!(
                     requests > 0 && sent >= requests && received >= requests,
                     "{n:#}"
                 );
+                // A child's own clients: their hits and bytes, and their latency.
+                let count = |k: &str| n[k].as_u64().expect(k);
+                let hits = count("local_hits") + count("sibling_hits") + count("parent_hits");
+                assert!(hits <= requests, "{n:#}");
+                assert!(count("hit_bytes") <= count("client_bytes"), "{n:#}");
+                assert!(count("client_bytes") > 0, "{n:#}");
+                let l = &n["latency_ms"];
+                let (p50, p99) = (
+                    l["median"].as_f64().expect("median"),
+                    l["p99"].as_f64().expect("p99"),
+                );
+                assert!(0.0 < p50 && p50 <= p99, "{n:#}");
             }
             nodes_total += sent + received;
         }
