@@ -121,7 +121,7 @@ impl NodePlan {
 
     /// The peers this node is configured with: without a protocol, siblings are useless
     /// (nothing finds their hits), so only parents remain, and they are not queried.
-    fn used_peers(&self) -> impl Iterator<Item = &PeerPlan> {
+    pub fn used_peers(&self) -> impl Iterator<Item = &PeerPlan> {
         self.peers
             .iter()
             .filter(move |p| self.protocol != "none" || p.role == Role::Parent)

@@ -674,6 +674,7 @@ async fn run_one(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    tokio::task::block_in_place(|| squid_peers_up(&running, Duration::from_secs(10)))?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     if matches!(p.config.protocol.as_str(), "summary" | "digest") {
         tokio::task::block_in_place(|| summaries_installed(&running, Duration::from_secs(20)))?;
@@ -821,6 +822,65 @@ fn summaries_installed(running: &Running, limit: Duration) -> anyhow::Result<()>
         }
     }
     Ok(())
+}
+
+/// Waits until every Squid node counts all its peers up (for `limit` at most, then warns and
+/// measures anyway). Squid probes a peer's HTTP port when it configures it; peers started
+/// together often are not listening yet, and a peer whose probe failed is "dead": Squid neither
+/// asks it nor expects its replies until a later probe, made at most once a second when the
+/// peer is looked at, succeeds. Without this wait a short run can end before that happens and
+/// measure siblings that never ask each other. Reading the cache manager's `server_list`
+/// looks at every peer, so polling it also makes Squid probe again.
+fn squid_peers_up(running: &Running, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    for n in running
+        .nodes
+        .iter()
+        .filter(|n| n.plan.product == Product::Squid && n.plan.used_peers().next().is_some())
+    {
+        let url = format!(
+            "http://{}:{}/squid-internal-mgr/server_list",
+            n.plan.name,
+            node::HTTP_PORT
+        );
+        loop {
+            let body = measure::http_get(n.plan.http(), &url, Duration::from_secs(5))
+                .with_context(|| format!("node {}: cache manager server_list", n.plan.name))?;
+            let down = squid_peers_down(&body);
+            if down.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                tracing::warn!(
+                    "node {}: Squid still counts {} down after {} s; measuring anyway",
+                    n.plan.name,
+                    down.join(", "),
+                    limit.as_secs()
+                );
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+/// The peers Squid's `server_list` page reports down, by name.
+fn squid_peers_down(page: &str) -> Vec<String> {
+    let mut down = Vec::new();
+    let mut name = "?";
+    for line in page.lines() {
+        // A peer's entry opens with "<type>: <name>" ("Sibling    : n1").
+        if let Some((kind, rest)) = line.split_once(':') {
+            let (kind, rest) = (kind.trim(), rest.trim());
+            if matches!(kind, "Parent" | "Sibling") || kind.starts_with("Multicast") {
+                name = rest;
+            } else if kind == "Status" && rest != "Up" {
+                down.push(name.to_string());
+            }
+        }
+    }
+    down
 }
 
 /// Readings at one moment.
@@ -1158,6 +1218,28 @@ fn now_rfc3339() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Squid 5.7's `server_list` page, its sibling's first probe having failed.
+    const SERVER_LIST_DOWN: &str = "\nSibling    : n1\nHost       : 127.0.0.11/3128/3130\n\
+        Flags      : no-digest connection-auth=auto tls-disable\nAddress[0] : 127.0.0.11\n\
+        Status     : Down\nFETCHES    : 0\nOPEN CONNS : 0\nAVG RTT    : 0 msec\n\
+        LAST QUERY : 1795535219 seconds ago\nLAST REPLY : none received\n\
+        PINGS SENT :        0\nPINGS ACKED:        0   0%\nIGNORED    :        0   0%\n\
+        Histogram of PINGS ACKED:\n\
+        Last failed connect() at: 24/Nov/2026:15:46:57 +0000\nkeep-alive ratio: 0%\n";
+
+    #[test]
+    fn squid_peers_down_are_named() {
+        assert_eq!(super::squid_peers_down(SERVER_LIST_DOWN), ["n1"]);
+        let two = format!(
+            "{}{}",
+            SERVER_LIST_DOWN.replace("Status     : Down", "Status     : Up"),
+            SERVER_LIST_DOWN.replace("Sibling    : n1", "Parent     : p0")
+        );
+        assert_eq!(super::squid_peers_down(&two), ["p0"]);
+        assert!(super::squid_peers_down(&SERVER_LIST_DOWN.replace(": Down", ": Up")).is_empty());
+        assert!(super::squid_peers_down("There are no neighbors installed.\n").is_empty());
+    }
+
     use super::*;
 
     #[test]
