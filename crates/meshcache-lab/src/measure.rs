@@ -1,5 +1,5 @@
 //! Measurements the lab takes around a measured phase: process CPU from
-//! `/proc/PID/stat`, the network namespace's UDP and TCP counters from
+//! `/proc/PID/stat` and context switches from `/proc/PID/task/*/status`, the network namespace's UDP and TCP counters from
 //! `/proc/net/snmp`, steal time from `/proc/stat`, and the nodes' own
 //! counters (meshcache's `/stats`, Squid's cache manager `counters` page).
 //!
@@ -61,6 +61,60 @@ pub fn process_cpu(pid: u32, ticks: f64) -> io::Result<Cpu> {
     let line = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     parse_proc_stat(&line, ticks)
         .ok_or_else(|| io::Error::other(format!("cannot parse /proc/{pid}/stat")))
+}
+
+/// Context switches of a process's threads: voluntary (it waited: for a socket, a lock, a
+/// timer) and involuntary (the scheduler took the core away).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Switches {
+    /// Voluntary switches.
+    pub voluntary: u64,
+    /// Involuntary switches.
+    pub involuntary: u64,
+}
+
+impl Switches {
+    /// `self - earlier`, per field.
+    pub fn since(self, e: Switches) -> Switches {
+        Switches {
+            voluntary: self.voluntary.saturating_sub(e.voluntary),
+            involuntary: self.involuntary.saturating_sub(e.involuntary),
+        }
+    }
+}
+
+/// A process's context switches, summed over its threads alive now (`/proc/PID/task/*/status`;
+/// a thread that exits takes its count with it, and a process's own `status` counts only its
+/// first thread).
+pub fn process_switches(pid: u32) -> io::Result<Switches> {
+    let mut total = Switches::default();
+    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(task) = task else { continue };
+        // A thread may exit between the listing and the read.
+        if let Ok(status) = fs::read_to_string(task.path().join("status")) {
+            let s = parse_switches(&status);
+            total.voluntary += s.voluntary;
+            total.involuntary += s.involuntary;
+        }
+    }
+    Ok(total)
+}
+
+/// The `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of a `status` file.
+pub fn parse_switches(status: &str) -> Switches {
+    let mut s = Switches::default();
+    for line in status.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let v = v.trim().parse().unwrap_or(0);
+        match k {
+            "voluntary_ctxt_switches" => s.voluntary = v,
+            "nonvoluntary_ctxt_switches" => s.involuntary = v,
+            _ => {}
+        }
+    }
+    s
 }
 
 /// Namespace-wide datagram and segment counters.
@@ -318,6 +372,24 @@ mod tests {
         assert!((cpu.user_s - 2.6).abs() < 1e-9, "{cpu:?}");
         assert!((cpu.sys_s - 0.55).abs() < 1e-9, "{cpu:?}");
         assert!(parse_proc_stat("garbage", 100.0).is_none());
+    }
+
+    #[test]
+    fn context_switches_of_a_status_file_and_of_this_process() {
+        let status = "Name:\tmeshcache\nThreads:\t3\nvoluntary_ctxt_switches:\t1234\n\
+                      nonvoluntary_ctxt_switches:\t56\n";
+        assert_eq!(
+            parse_switches(status),
+            Switches {
+                voluntary: 1234,
+                involuntary: 56
+            }
+        );
+        assert_eq!(parse_switches("garbage"), Switches::default());
+        let before = process_switches(std::process::id()).expect("own tasks");
+        std::thread::sleep(Duration::from_millis(5));
+        let after = process_switches(std::process::id()).expect("own tasks");
+        assert!(after.since(before).voluntary >= 1, "{before:?} {after:?}");
     }
 
     #[test]

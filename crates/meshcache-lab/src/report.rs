@@ -20,7 +20,8 @@
 //!   into local / sibling / parent, byte hit ratio and efficiency.
 //! * **CPU per node** (its Tables 4–5): each node's CPU time split into
 //!   client / peer / search / overhead. Squid does not report this split, so
-//!   its nodes read "n/a" and its configurations are left off the HEG.
+//!   its nodes read "n/a" and its configurations are left off the HEG. Beside
+//!   it, the node's context switches, voluntary and involuntary.
 //! * **Per node**: each node's clients' hit ratios (local / sibling / parent),
 //!   byte hit ratio and latency, and its UDP datagrams and TCP segments, sent
 //!   and received (the Summary Cache paper's per-proxy netstat figures).
@@ -306,6 +307,8 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
                     m.parent_hits += n.parent_hits;
                     m.cpu_user_s += n.cpu_user_s;
                     m.cpu_sys_s += n.cpu_sys_s;
+                    m.switches_voluntary += n.switches_voluntary;
+                    m.switches_involuntary += n.switches_involuntary;
                     m.udp_sent += n.udp_sent;
                     m.udp_received += n.udp_received;
                     m.client_bytes += n.client_bytes;
@@ -377,6 +380,7 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
         latency_bins: bins.into_values().collect(),
         cpu_user_s: med(&|c| c.cpu_user_s),
         cpu_sys_s: med(&|c| c.cpu_sys_s),
+        context_switches_per_request: med(&|c| c.context_switches_per_request),
         udp_messages: med_u(&|c| c.udp_messages),
         udp_datagrams_netns: med_u(&|c| c.udp_datagrams_netns),
         origin_requests: med_u(&|c| c.origin_requests),
@@ -923,6 +927,7 @@ pub fn cpu_table(group: &Group) -> String {
         "peer",
         "search",
         "overhead",
+        "context switches (voluntary / involuntary)",
     ];
     let align: Vec<bool> = (0..header.len()).map(|i| i >= 3).collect();
     let mut rows = Vec::new();
@@ -945,6 +950,7 @@ pub fn cpu_table(group: &Group) -> String {
                 share(n.peer_s),
                 share(n.search_s),
                 share(n.overhead_s),
+                format!("{} / {}", n.switches_voluntary, n.switches_involuntary),
             ]);
         }
     }

@@ -98,6 +98,9 @@ pub struct ConfigResult {
     pub cpu_user_s: f64,
     /// System CPU seconds of all cache nodes together.
     pub cpu_sys_s: f64,
+    /// The cache nodes' context switches (voluntary and involuntary) per client request.
+    #[serde(default)]
+    pub context_switches_per_request: f64,
     /// UDP datagrams sent plus received by the cache nodes.
     pub udp_messages: u64,
     /// UDP datagrams sent plus received in the whole namespace (when `own_netns`; a check on
@@ -189,6 +192,13 @@ pub struct NodeResult {
     pub cpu_user_s: f64,
     /// System CPU seconds.
     pub cpu_sys_s: f64,
+    /// Context switches of its threads (those alive at both readings), voluntary: each a wait
+    /// for a socket, a timer or a lock, and the wake-up after it.
+    #[serde(default)]
+    pub switches_voluntary: u64,
+    /// ... and involuntary (its core given to another thread).
+    #[serde(default)]
+    pub switches_involuntary: u64,
     /// ICP (or other inter-cache UDP) datagrams sent.
     pub udp_sent: u64,
     /// Inter-cache UDP datagrams received.

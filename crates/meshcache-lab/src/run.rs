@@ -886,6 +886,7 @@ fn squid_peers_down(page: &str) -> Vec<String> {
 /// Readings at one moment.
 struct Snapshot {
     cpu: Vec<Cpu>,
+    switches: Vec<measure::Switches>,
     counters: Vec<NodeCounters>,
     http_requests: Vec<u64>,
     net: NetCounters,
@@ -894,6 +895,7 @@ struct Snapshot {
 fn snapshot(running: &Running, ticks: f64) -> anyhow::Result<Snapshot> {
     let mut s = Snapshot {
         cpu: Vec::new(),
+        switches: Vec::new(),
         counters: Vec::new(),
         http_requests: Vec::new(),
         net: measure::net_counters().unwrap_or_default(),
@@ -903,6 +905,8 @@ fn snapshot(running: &Running, ticks: f64) -> anyhow::Result<Snapshot> {
             measure::process_cpu(n.pid(), ticks)
                 .with_context(|| format!("node {} is gone", n.plan.name))?,
         );
+        s.switches
+            .push(measure::process_switches(n.pid()).unwrap_or_default());
         let timeout = Duration::from_secs(5);
         let (counters, requests) = match n.plan.product {
             Product::Meshcache => {
@@ -967,8 +971,11 @@ fn summarize(
     let mut sf = crate::results::SummaryFigures::default();
     let (mut fp_weighted, mut mem_per_object, mut summary_nodes) = (0.0, 0.0, 0u32);
     let (mut client_s, mut cpu_with_breakdown) = (0.0, 0.0);
+    let mut switches = 0u64;
     for (i, n) in running.nodes.iter().enumerate() {
         let cpu = after.cpu[i].since(before.cpu[i]);
+        let sw = after.switches[i].since(before.switches[i]);
+        switches += sw.voluntary + sw.involuntary;
         let c = after.counters[i].since(&before.counters[i]);
         let job = jobs.iter().position(|j| j.local == n.plan.name);
         let own = job
@@ -1026,6 +1033,8 @@ fn summarize(
                 .map(|j| latency_summary(&reports[j].latency).summary),
             cpu_user_s: cpu.user_s,
             cpu_sys_s: cpu.sys_s,
+            switches_voluntary: sw.voluntary,
+            switches_involuntary: sw.involuntary,
             udp_sent: c.udp_sent,
             udp_received: c.udp_received,
             tcp_sent: node_tcp.map(|t| t.sent),
@@ -1073,6 +1082,7 @@ fn summarize(
         latency_bins: latency.bins,
         cpu_user_s: user,
         cpu_sys_s: sys,
+        context_switches_per_request: per(switches),
         udp_messages: udp,
         tcp_messages: if tcp.is_some() {
             tcp_nodes

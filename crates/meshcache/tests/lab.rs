@@ -565,6 +565,21 @@ links = []
             nodes_total += sent + received;
         }
         assert_eq!(c["tcp_messages"], nodes_total, "{c:#}");
+        // Every node waited for its sockets: it switched out at least once per request it
+        // served or forwarded.
+        assert!(
+            c["context_switches_per_request"]
+                .as_f64()
+                .expect("switches")
+                > 0.0,
+            "{c:#}"
+        );
+        for n in c["nodes"].as_array().expect("nodes") {
+            assert!(
+                n["switches_voluntary"].as_u64().expect("voluntary") > 0,
+                "{n:#}"
+            );
+        }
         assert!(
             nodes_total <= c["tcp_segments_netns"].as_u64().expect("netns"),
             "{c:#}"
