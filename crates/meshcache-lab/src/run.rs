@@ -1228,6 +1228,8 @@ fn now_rfc3339() -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// Squid 5.7's `server_list` page, its sibling's first probe having failed.
     const SERVER_LIST_DOWN: &str = "\nSibling    : n1\nHost       : 127.0.0.11/3128/3130\n\
         Flags      : no-digest connection-auth=auto tls-disable\nAddress[0] : 127.0.0.11\n\
@@ -1239,18 +1241,16 @@ mod tests {
 
     #[test]
     fn squid_peers_down_are_named() {
-        assert_eq!(super::squid_peers_down(SERVER_LIST_DOWN), ["n1"]);
+        assert_eq!(squid_peers_down(SERVER_LIST_DOWN), ["n1"]);
         let two = format!(
             "{}{}",
             SERVER_LIST_DOWN.replace("Status     : Down", "Status     : Up"),
             SERVER_LIST_DOWN.replace("Sibling    : n1", "Parent     : p0")
         );
-        assert_eq!(super::squid_peers_down(&two), ["p0"]);
-        assert!(super::squid_peers_down(&SERVER_LIST_DOWN.replace(": Down", ": Up")).is_empty());
-        assert!(super::squid_peers_down("There are no neighbors installed.\n").is_empty());
+        assert_eq!(squid_peers_down(&two), ["p0"]);
+        assert!(squid_peers_down(&SERVER_LIST_DOWN.replace(": Down", ": Up")).is_empty());
+        assert!(squid_peers_down("There are no neighbors installed.\n").is_empty());
     }
-
-    use super::*;
 
     #[test]
     fn urls_split_into_host_and_rest() {
