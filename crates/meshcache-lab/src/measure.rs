@@ -1,12 +1,13 @@
 //! Measurements the lab takes around a measured phase: process CPU from
-//! `/proc/PID/stat` and context switches from `/proc/PID/task/*/status`, the network namespace's UDP and TCP counters from
+//! `/proc/PID/stat` (and, exactly, from `/proc/PID/task/*/schedstat`), context switches
+//! from `/proc/PID/task/*/status`, the network namespace's UDP and TCP counters from
 //! `/proc/net/snmp`, steal time from `/proc/stat`, and the nodes' own
 //! counters (meshcache's `/stats`, Squid's cache manager `counters` page).
 //!
 //! Each reading is a snapshot; the report uses the difference of two
 //! snapshots, taken right before and right after the measured phase.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -61,6 +62,41 @@ pub fn process_cpu(pid: u32, ticks: f64) -> io::Result<Cpu> {
     let line = fs::read_to_string(format!("/proc/{pid}/stat"))?;
     parse_proc_stat(&line, ticks)
         .ok_or_else(|| io::Error::other(format!("cannot parse /proc/{pid}/stat")))
+}
+
+/// The CPU time each live thread of a process has had, in nanoseconds, by thread id (the
+/// scheduler's own account, `/proc/PID/task/TID/schedstat`; `/proc/PID/stat` gives the same in
+/// 10 ms ticks).
+pub fn thread_runtimes(pid: u32) -> io::Result<BTreeMap<u32, u64>> {
+    let mut out = BTreeMap::new();
+    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(task) = task else { continue };
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // A thread may exit between the listing and the read.
+        if let Some(ns) = fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        {
+            out.insert(tid, ns);
+        }
+    }
+    Ok(out)
+}
+
+/// The CPU time a process's threads had between two readings of [`thread_runtimes`], in
+/// seconds; `None` when a thread of the first reading is gone (its time since would be lost)
+/// or either reading is empty.
+pub fn runtime_between(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> Option<f64> {
+    if before.is_empty() || after.is_empty() || before.keys().any(|t| !after.contains_key(t)) {
+        return None;
+    }
+    let ns: u64 = after
+        .iter()
+        .map(|(t, &a)| a.saturating_sub(before.get(t).copied().unwrap_or(0)))
+        .sum();
+    Some(ns as f64 / 1e9)
 }
 
 /// Context switches of a process's threads: voluntary (it waited: for a socket, a lock, a
@@ -390,6 +426,39 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let after = process_switches(std::process::id()).expect("own tasks");
         assert!(after.since(before).voluntary >= 1, "{before:?} {after:?}");
+    }
+
+    #[test]
+    fn thread_runtimes_are_exact_and_refuse_lost_threads() {
+        let before = thread_runtimes(std::process::id()).expect("own tasks");
+        // Work this thread for a few milliseconds.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(20) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = thread_runtimes(std::process::id()).expect("own tasks");
+        // This thread's own account (other tests' threads come and go meanwhile).
+        let me: u32 = fs::read_link("/proc/thread-self")
+            .expect("thread-self")
+            .to_string_lossy()
+            .rsplit('/')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("tid");
+        let spent = (after[&me] - before[&me]) as f64 / 1e9;
+        assert!(spent >= 0.015, "{spent} s");
+        let m = |v: &[(u32, u64)]| v.iter().copied().collect::<BTreeMap<u32, u64>>();
+        // A new thread counts from zero; a lost one makes the reading unusable.
+        assert_eq!(
+            runtime_between(&m(&[(1, 100)]), &m(&[(1, 1_100), (2, 500)])),
+            Some(1_500e-9)
+        );
+        assert_eq!(
+            runtime_between(&m(&[(1, 100), (2, 5)]), &m(&[(1, 900)])),
+            None
+        );
+        assert_eq!(runtime_between(&m(&[]), &m(&[(1, 900)])), None);
     }
 
     #[test]

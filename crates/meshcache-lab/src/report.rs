@@ -307,6 +307,7 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
                     m.parent_hits += n.parent_hits;
                     m.cpu_user_s += n.cpu_user_s;
                     m.cpu_sys_s += n.cpu_sys_s;
+                    m.cpu_exact_s = m.cpu_exact_s.zip(n.cpu_exact_s).map(|(a, b)| a + b);
                     m.switches_voluntary += n.switches_voluntary;
                     m.switches_involuntary += n.switches_involuntary;
                     m.udp_sent += n.udp_sent;
@@ -380,6 +381,11 @@ fn fold(reps: &[&ConfigResult]) -> ConfigResult {
         latency_bins: bins.into_values().collect(),
         cpu_user_s: med(&|c| c.cpu_user_s),
         cpu_sys_s: med(&|c| c.cpu_sys_s),
+        cpu_exact_s: reps
+            .iter()
+            .map(|c| c.cpu_exact_s)
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| median(&v)),
         context_switches_per_request: med(&|c| c.context_switches_per_request),
         udp_messages: med_u(&|c| c.udp_messages),
         udp_datagrams_netns: med_u(&|c| c.udp_datagrams_netns),
@@ -933,7 +939,7 @@ pub fn cpu_table(group: &Group) -> String {
     let mut rows = Vec::new();
     for r in &group.rows {
         for n in &r.config.nodes {
-            let total = n.cpu_user_s + n.cpu_sys_s;
+            let total = n.cpu_exact_s.unwrap_or(n.cpu_user_s + n.cpu_sys_s);
             let share = |x: f64| {
                 if reports_breakdown(n) && total > 0.0 {
                     fmt_pct(x / total)

@@ -98,6 +98,10 @@ pub struct ConfigResult {
     pub cpu_user_s: f64,
     /// System CPU seconds of all cache nodes together.
     pub cpu_sys_s: f64,
+    /// User plus system CPU seconds of all cache nodes together, to the nanosecond (see
+    /// [`NodeResult::cpu_exact_s`]); `None` when any node's is. Over repetitions, the median.
+    #[serde(default)]
+    pub cpu_exact_s: Option<f64>,
     /// The cache nodes' context switches (voluntary and involuntary) per client request.
     #[serde(default)]
     pub context_switches_per_request: f64,
@@ -192,6 +196,11 @@ pub struct NodeResult {
     pub cpu_user_s: f64,
     /// System CPU seconds.
     pub cpu_sys_s: f64,
+    /// User plus system CPU seconds from the scheduler's nanosecond account of its threads
+    /// (`cpu_user_s` and `cpu_sys_s` come in 10 ms ticks); `None` when a thread exited during
+    /// the measured pass, taking its time with it.
+    #[serde(default)]
+    pub cpu_exact_s: Option<f64>,
     /// Context switches of its threads (those alive at both readings), voluntary: each a wait
     /// for a socket, a timer or a lock, and the wake-up after it.
     #[serde(default)]

@@ -887,6 +887,7 @@ fn squid_peers_down(page: &str) -> Vec<String> {
 struct Snapshot {
     cpu: Vec<Cpu>,
     switches: Vec<measure::Switches>,
+    runtimes: Vec<std::collections::BTreeMap<u32, u64>>,
     counters: Vec<NodeCounters>,
     http_requests: Vec<u64>,
     net: NetCounters,
@@ -896,6 +897,7 @@ fn snapshot(running: &Running, ticks: f64) -> anyhow::Result<Snapshot> {
     let mut s = Snapshot {
         cpu: Vec::new(),
         switches: Vec::new(),
+        runtimes: Vec::new(),
         counters: Vec::new(),
         http_requests: Vec::new(),
         net: measure::net_counters().unwrap_or_default(),
@@ -907,6 +909,8 @@ fn snapshot(running: &Running, ticks: f64) -> anyhow::Result<Snapshot> {
         );
         s.switches
             .push(measure::process_switches(n.pid()).unwrap_or_default());
+        s.runtimes
+            .push(measure::thread_runtimes(n.pid()).unwrap_or_default());
         let timeout = Duration::from_secs(5);
         let (counters, requests) = match n.plan.product {
             Product::Meshcache => {
@@ -972,10 +976,13 @@ fn summarize(
     let (mut fp_weighted, mut mem_per_object, mut summary_nodes) = (0.0, 0.0, 0u32);
     let (mut client_s, mut cpu_with_breakdown) = (0.0, 0.0);
     let mut switches = 0u64;
+    let mut cpu_exact = Some(0.0);
     for (i, n) in running.nodes.iter().enumerate() {
         let cpu = after.cpu[i].since(before.cpu[i]);
         let sw = after.switches[i].since(before.switches[i]);
         switches += sw.voluntary + sw.involuntary;
+        let exact = measure::runtime_between(&before.runtimes[i], &after.runtimes[i]);
+        cpu_exact = cpu_exact.zip(exact).map(|(a, b)| a + b);
         let c = after.counters[i].since(&before.counters[i]);
         let job = jobs.iter().position(|j| j.local == n.plan.name);
         let own = job
@@ -1001,7 +1008,7 @@ fn summarize(
         peer_http += from_peers;
         let node_tcp = tcp.map(|t| t.get(&IpAddr::V4(n.plan.ip)).copied().unwrap_or_default());
         tcp_nodes += node_tcp.map_or(0, |t| t.sent + t.received);
-        let total = cpu.user_s + cpu.sys_s;
+        let total = exact.unwrap_or(cpu.user_s + cpu.sys_s);
         let breakdown = n.plan.product == Product::Meshcache;
         if breakdown && topo.nodes[i].clients {
             // Efficiency is the requestor's perspective (the hierarchy paper's HEG): the nodes
@@ -1033,6 +1040,7 @@ fn summarize(
                 .map(|j| latency_summary(&reports[j].latency).summary),
             cpu_user_s: cpu.user_s,
             cpu_sys_s: cpu.sys_s,
+            cpu_exact_s: exact,
             switches_voluntary: sw.voluntary,
             switches_involuntary: sw.involuntary,
             udp_sent: c.udp_sent,
@@ -1082,6 +1090,7 @@ fn summarize(
         latency_bins: latency.bins,
         cpu_user_s: user,
         cpu_sys_s: sys,
+        cpu_exact_s: cpu_exact,
         context_switches_per_request: per(switches),
         udp_messages: udp,
         tcp_messages: if tcp.is_some() {

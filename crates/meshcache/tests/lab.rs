@@ -579,6 +579,14 @@ links = []
                 n["switches_voluntary"].as_u64().expect("voluntary") > 0,
                 "{n:#}"
             );
+            // The scheduler's exact CPU time agrees with the 10 ms ticks of /proc/PID/stat
+            // (two readings, each off by at most a tick, and a little slack).
+            let exact = n["cpu_exact_s"]
+                .as_f64()
+                .expect("a node's threads all lived");
+            let ticks =
+                n["cpu_user_s"].as_f64().expect("user") + n["cpu_sys_s"].as_f64().expect("sys");
+            assert!(exact > 0.0 && (exact - ticks).abs() <= 0.03, "{n:#}");
         }
         assert!(
             nodes_total <= c["tcp_segments_netns"].as_u64().expect("netns"),
