@@ -565,8 +565,7 @@ links = []
             nodes_total += sent + received;
         }
         assert_eq!(c["tcp_messages"], nodes_total, "{c:#}");
-        // Every node waited for its sockets: it switched out at least once per request it
-        // served or forwarded.
+        // Every node waited for its sockets, so it switched out.
         assert!(
             c["context_switches_per_request"]
                 .as_f64()
@@ -579,8 +578,9 @@ links = []
                 n["switches_voluntary"].as_u64().expect("voluntary") > 0,
                 "{n:#}"
             );
-            // The scheduler's exact CPU time agrees with the 10 ms ticks of /proc/PID/stat
-            // (two readings, each off by at most a tick, and a little slack).
+            // The scheduler's exact CPU time agrees with /proc/PID/stat's 10 ms ticks: user and
+            // system time are each rounded down there, so each reading is short by less than
+            // two ticks and their difference is off by less than 20 ms.
             let exact = n["cpu_exact_s"]
                 .as_f64()
                 .expect("a node's threads all lived");
