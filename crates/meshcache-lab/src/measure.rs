@@ -359,9 +359,13 @@ pub fn parse_meshcache_stats(json: &serde_json::Value) -> NodeCounters {
             + u(&icp["replies_sent"])
             + u(&sum["updates_sent"])
             + u(&icp["directory_sent"]),
+        // Summary updates received are counted per sending peer (decoded ones) and together
+        // (the ones refused: malformed, or from a source we exchange no summaries with).
         udp_received: u(&icp["queries_received"])
             + u(&icp["replies_received"])
-            + u(&icp["directory_received"]),
+            + u(&icp["directory_received"])
+            + stat("updates")
+            + u(&sum["bad_updates"]),
         client_s: f(&eff["client_s"]),
         peer_s: f(&eff["peer_s"]),
         search_s: f(&eff["search_s"]),
@@ -495,6 +499,23 @@ mod tests {
         });
         let c = parse_meshcache_stats(&stats);
         assert_eq!((c.udp_sent, c.udp_received), (2, 5));
+    }
+
+    #[test]
+    fn summary_updates_count_as_received() {
+        // Three peers sent 10, 12 and 0 updates; one more datagram was refused.
+        let stats = serde_json::json!({
+            "icp": {"queries_sent": 3, "replies_sent": 2, "queries_received": 2,
+                    "replies_received": 3, "directory_sent": 0, "directory_received": 0},
+            "summary": {"updates_sent": 30, "bad_updates": 1, "peers": [
+                {"stats": {"updates": 10, "lookups": 5}},
+                {"stats": {"updates": 12, "lookups": 5}},
+                {"stats": {"updates": 0, "lookups": 5}},
+            ]},
+        });
+        let c = parse_meshcache_stats(&stats);
+        assert_eq!((c.udp_sent, c.udp_received), (35, 28));
+        assert_eq!(c.summary_lookups, 15);
     }
 
     #[test]

@@ -335,6 +335,21 @@ fn agree_exactly(requests: &[Request], protocols: &[Protocol], setup: Setup) {
                 p.as_str()
             ));
         }
+        // Unicast on loopback: every datagram one node counts as sent, another counts as
+        // received (an IP multicast datagram is sent once and received by every member).
+        if p != Protocol::Multicast {
+            let nodes = lab_config(&r, p.as_str())["nodes"]
+                .as_array()
+                .expect("nodes");
+            let total = |k: &str| nodes.iter().map(|n| n[k].as_u64().expect(k)).sum::<u64>();
+            let (sent, received) = (total("udp_sent"), total("udp_received"));
+            if sent != received {
+                differ.push(format!(
+                    "{}: the nodes sent {sent} datagrams and received {received}",
+                    p.as_str()
+                ));
+            }
+        }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
