@@ -113,6 +113,14 @@ impl Output {
     }
 }
 
+/// What a finished run produced, out of its state.
+pub(crate) struct Ended {
+    pub inv: Invocation,
+    pub output: Option<Output>,
+    pub kv_writes: KvWrites,
+    pub log: Vec<Bytes>,
+}
+
 /// Everything one run owns: its inputs, its bounds, what it built, what it wants to keep.
 pub(crate) struct RunState {
     pub inv: Invocation,
@@ -159,6 +167,27 @@ impl RunState {
             kv_max: config.kv_max,
             log: Vec::new(),
             log_left: config.log_per_run,
+        }
+    }
+
+    /// Gives a state made ahead of its hit (with a placeholder invocation) the hit's.
+    pub fn begin(&mut self, inv: Invocation, items: Arc<dyn Items>) {
+        self.inv = inv;
+        self.items = items;
+    }
+
+    /// Takes what a finished run produced out of its state, and lets go of the invocation and
+    /// of everything it opened (the caller may want the request's headers back at once; the
+    /// store itself may be released later).
+    pub fn end(&mut self, idle: &Invocation, no_items: &Arc<dyn Items>) -> Ended {
+        self.items = no_items.clone();
+        self.kv = None;
+        self.open.clear();
+        Ended {
+            inv: std::mem::replace(&mut self.inv, idle.clone()),
+            output: self.output.take(),
+            kv_writes: std::mem::take(&mut self.kv_writes),
+            log: std::mem::take(&mut self.log),
         }
     }
 

@@ -26,7 +26,9 @@ pub mod runtime;
 pub mod state;
 
 pub use config::{AppletConfig, Binding};
-pub use runtime::{Applet, Built, Counters, Invocation, Item, Items, Reason, Runtime, Verdict};
+pub use runtime::{
+    Applet, Built, Counters, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
+};
 
 /// What can go wrong building the runtime or loading a module.
 #[derive(Debug, thiserror::Error)]

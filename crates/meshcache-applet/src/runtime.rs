@@ -7,10 +7,18 @@
 //! deadline (a ticker thread advances the engine's epoch every [`TICK`]); the result, the
 //! built response and the run's key/value writes and log records are kept only if it returned
 //! normally with a valid code. Everything else is [`Verdict::Origin`] with the reason counted.
+//!
+//! Instances made ahead: instantiating and releasing an instance (resetting its memory) are most
+//! of a short run's cost, and neither needs the request. [`Runtime::run_deferred`] hands back
+//! the spent store with the verdict; the caller answers first and then calls
+//! [`Runtime::replenish`], which releases it and instantiates the applet's next instance, with a
+//! placeholder invocation, for the next hit to take. That instance is still fresh: nothing has
+//! run in it (modules with a start function, which would run at instantiation, are instantiated
+//! at their hit as before), and each is used for one run only.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,12 +29,12 @@ use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
-    PoolingAllocationConfig, Store, Trap,
+    PoolingAllocationConfig, Store, Trap, TypedFunc,
 };
 
 use crate::abi::{self, Outcome};
 use crate::config::AppletConfig;
-use crate::host::{self, RunState, VerifyMemo};
+use crate::host::{self, Ended, RunState, VerifyMemo};
 use crate::state::{KvStores, LogSpool};
 use crate::AppletError;
 
@@ -161,6 +169,10 @@ pub struct Applet {
     /// SHA-256 of the module's bytes.
     pub hash: [u8; 32],
     pre: InstancePre<RunState>,
+    /// Whether instances may be made ahead of their hit (the module has no start function).
+    warmable: bool,
+    /// An instance made ahead, for the next hit.
+    warm: Mutex<Option<Warm>>,
     /// Runs in a row that ended in a fault (trap, limit, invalid result).
     faults_in_a_row: AtomicU32,
     /// Until when (milliseconds on the runtime's clock) it is not run, after too many faults.
@@ -172,6 +184,42 @@ impl std::fmt::Debug for Applet {
         f.debug_struct("Applet")
             .field("hash", &hex(&self.hash[..6]))
             .finish()
+    }
+}
+
+/// An instance made ahead of its hit: instantiated, never run.
+struct Warm {
+    store: Store<RunState>,
+    entry: TypedFunc<(), i32>,
+    /// Its place in the runtime's count of instances made ahead.
+    _counted: Counted,
+}
+
+/// One in a count, for as long as it lives.
+struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Relaxed);
+        Counted(count.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// What a run leaves behind: its store, whose release (resetting the instance's memory) can wait
+/// until the answer is out. Dropping it releases it; [`Runtime::replenish`] also makes the
+/// applet's next instance.
+#[must_use = "dropping it releases the instance; pass it to Runtime::replenish after answering"]
+pub struct Spent(Option<Store<RunState>>);
+
+impl std::fmt::Debug for Spent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Spent").field(&self.0.is_some()).finish()
     }
 }
 
@@ -222,6 +270,8 @@ pub struct Counters {
     pub invalid: AtomicU64,
     /// Runs that could not be instantiated.
     pub instantiate: AtomicU64,
+    /// Runs that found their instance made ahead (after the previous hit's answer).
+    pub made_ahead: AtomicU64,
     /// Hits not run because their applet was in quarantine.
     pub quarantined: AtomicU64,
     /// Times an applet was put in quarantine.
@@ -251,6 +301,22 @@ pub struct Runtime {
     ticker: Mutex<Option<JoinHandle<()>>>,
     stop: Arc<AtomicBool>,
     started: Instant,
+    /// The invocation an instance made ahead holds until its hit, and a run's state after it.
+    idle: Invocation,
+    /// The items such a state can open: none.
+    no_items: Arc<dyn Items>,
+    /// Instances made ahead, and how many may be (a quarter of the pool: the rest is for runs).
+    warm: Arc<AtomicUsize>,
+    max_warm: usize,
+}
+
+/// What a state that is not running can open: nothing.
+struct NoItems;
+
+impl Items for NoItems {
+    fn open(&self, _url: &str) -> Option<Item> {
+        None
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -290,7 +356,6 @@ impl Runtime {
             engine,
             linker,
             logs: Arc::new(LogSpool::new(config.log_queue)),
-            config,
             modules: Mutex::new(Modules::default()),
             kv: Arc::new(KvStores::default()),
             verified: Arc::new(VerifyMemo::default()),
@@ -298,6 +363,23 @@ impl Runtime {
             ticker: Mutex::new(None),
             stop: Arc::new(AtomicBool::new(false)),
             started: Instant::now(),
+            idle: Invocation {
+                method: Method::GET,
+                url: String::new(),
+                origin: Arc::from(""),
+                headers: Arc::new(HeaderMap::new()),
+                client: IpAddr::from([0, 0, 0, 0]),
+                document: Item {
+                    status: StatusCode::OK,
+                    headers: Arc::from(Vec::new()),
+                    body: Bytes::new(),
+                },
+                log_to: Arc::from(""),
+            },
+            no_items: Arc::new(NoItems),
+            warm: Arc::new(AtomicUsize::new(0)),
+            max_warm: config.instances as usize / 4,
+            config,
         })
     }
 
@@ -369,9 +451,16 @@ impl Runtime {
         Ok(Arc::new(Applet {
             hash,
             pre,
+            warmable: !has_start_function(bytes),
+            warm: Mutex::new(None),
             faults_in_a_row: AtomicU32::new(0),
             quarantined_until: AtomicU64::new(0),
         }))
+    }
+
+    /// Instances made ahead and waiting for their hit.
+    pub fn ready_ahead(&self) -> usize {
+        self.warm.load(Relaxed)
     }
 
     /// Modules compiled and kept.
@@ -386,42 +475,60 @@ impl Runtime {
 
     /// Runs `applet` for one hit. Blocks for at most the CPU budget (plus a tick).
     pub fn run(&self, applet: &Applet, inv: Invocation, items: Arc<dyn Items>) -> Verdict {
+        self.run_deferred(applet, inv, items).0
+    }
+
+    /// Runs `applet` for one hit, as [`run`](Self::run), and hands back the spent store: pass
+    /// it to [`replenish`](Self::replenish) once the answer is out.
+    pub fn run_deferred(
+        &self,
+        applet: &Applet,
+        inv: Invocation,
+        items: Arc<dyn Items>,
+    ) -> (Verdict, Spent) {
         let started = Instant::now();
         if applet.quarantined_until.load(Relaxed) > self.clock_ms() {
             self.counters.quarantined.fetch_add(1, Relaxed);
-            return Verdict::Origin(Reason::Quarantined);
+            return (Verdict::Origin(Reason::Quarantined), Spent(None));
         }
         self.counters.runs.fetch_add(1, Relaxed);
-        let budget = self.config.cpu_budget(inv.document.body.len());
-        let ticks = budget.as_micros().div_ceil(TICK.as_micros()) as u64 + 1;
-        let state = RunState::new(
-            inv,
-            items,
-            self.kv.clone(),
-            self.verified.clone(),
-            &self.config,
-        );
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        let ticks = self.deadline_ticks(inv.document.body.len());
+        let warm = applet.warm.lock().take();
+        let (mut store, entry) = match warm {
+            Some(Warm {
+                mut store, entry, ..
+            }) => {
+                self.counters.made_ahead.fetch_add(1, Relaxed);
+                store.data_mut().begin(inv, items);
+                (store, Some(entry))
+            }
+            None => (self.new_store(inv, items), None),
+        };
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        let verdict = match self.call(applet, &mut store) {
+        let called = self.call(applet, &mut store, entry);
+        let Ended {
+            inv,
+            output,
+            kv_writes,
+            log,
+        } = store.data_mut().end(&self.idle, &self.no_items);
+        let verdict = match called {
             Ok(outcome) => {
                 // A normal completion: its writes and log records are kept, whatever it chose.
-                let state = store.into_data();
-                if !state.kv_writes.is_empty()
+                if !kv_writes.is_empty()
                     && !self
                         .kv
-                        .of(&state.inv.origin)
+                        .of(&inv.origin)
                         .lock()
-                        .commit(state.kv_writes, self.config.kv_max)
+                        .commit(kv_writes, self.config.kv_max)
                 {
                     self.counters.kv_rejected.fetch_add(1, Relaxed);
                 }
-                if !state.log.is_empty() {
-                    self.logs.push(&state.inv.log_to, state.log);
+                if !log.is_empty() {
+                    self.logs.push(&inv.log_to, log);
                 }
-                match (outcome, state.output) {
+                match (outcome, output) {
                     (Outcome::Built, Some(out)) => Verdict::Built(out.finish()),
                     (Outcome::Origin, _) => Verdict::Origin(Reason::Asked),
                     _ => Verdict::Cached,
@@ -446,22 +553,93 @@ impl Runtime {
         self.note_fault(applet, &verdict);
         c.run_micros
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
-        verdict
+        (verdict, Spent(Some(store)))
     }
 
-    /// Instantiates and calls `run`; the outcome, or why there is none.
-    fn call(&self, applet: &Applet, store: &mut Store<RunState>) -> Result<Outcome, Reason> {
-        let instance = applet
-            .pre
-            .instantiate(&mut *store)
-            .map_err(|e| classify(store.data(), e, true))?;
-        let memory = instance
-            .get_memory(&mut *store, abi::MEMORY)
-            .ok_or_else(|| Reason::Instantiate("no exported memory".into()))?;
+    /// After a run's answer is out: releases what the run left and, unless the applet has one
+    /// or the pool's share for them is taken, makes its next instance ahead of the next hit.
+    pub fn replenish(&self, applet: &Applet, spent: Spent) {
+        drop(spent);
+        if !applet.warmable
+            || self.warm.load(Relaxed) >= self.max_warm
+            || applet.warm.lock().is_some()
+        {
+            return;
+        }
+        let mut store = self.new_store(self.idle.clone(), self.no_items.clone());
+        // Instantiating runs no code of a module without a start function; the deadline is
+        // there in case that ever changes. Each run sets its own.
+        store.set_epoch_deadline(self.deadline_ticks(0));
+        store.epoch_deadline_trap();
+        let Ok(instance) = applet.pre.instantiate(&mut store) else {
+            // The pool is busy, or the module cannot be instantiated: its hit will say why.
+            return;
+        };
+        let Some(memory) = instance.get_memory(&mut store, abi::MEMORY) else {
+            return;
+        };
         store.data_mut().memory = Some(memory);
-        let entry = instance
-            .get_typed_func::<(), i32>(&mut *store, abi::ENTRY)
-            .map_err(|e| Reason::Instantiate(e.to_string()))?;
+        let Ok(entry) = instance.get_typed_func::<(), i32>(&mut store, abi::ENTRY) else {
+            return;
+        };
+        let warm = Warm {
+            store,
+            entry,
+            _counted: Counted::new(&self.warm),
+        };
+        let mut slot = applet.warm.lock();
+        if slot.is_none() {
+            *slot = Some(warm);
+        } else {
+            drop(slot);
+            drop(warm);
+        }
+    }
+
+    /// The epoch deadline of a run over a document of `size` bytes, in ticks.
+    fn deadline_ticks(&self, size: usize) -> u64 {
+        let budget = self.config.cpu_budget(size);
+        budget.as_micros().div_ceil(TICK.as_micros()) as u64 + 1
+    }
+
+    /// A fresh store for one run, or for an instance made ahead.
+    fn new_store(&self, inv: Invocation, items: Arc<dyn Items>) -> Store<RunState> {
+        let state = RunState::new(
+            inv,
+            items,
+            self.kv.clone(),
+            self.verified.clone(),
+            &self.config,
+        );
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store
+    }
+
+    /// Calls `run` (instantiating first unless `entry` is an instance made ahead); the outcome,
+    /// or why there is none.
+    fn call(
+        &self,
+        applet: &Applet,
+        store: &mut Store<RunState>,
+        entry: Option<TypedFunc<(), i32>>,
+    ) -> Result<Outcome, Reason> {
+        let entry = match entry {
+            Some(entry) => entry,
+            None => {
+                let instance = applet
+                    .pre
+                    .instantiate(&mut *store)
+                    .map_err(|e| classify(store.data(), e, true))?;
+                let memory = instance
+                    .get_memory(&mut *store, abi::MEMORY)
+                    .ok_or_else(|| Reason::Instantiate("no exported memory".into()))?;
+                store.data_mut().memory = Some(memory);
+                instance
+                    .get_typed_func::<(), i32>(&mut *store, abi::ENTRY)
+                    .map_err(|e| Reason::Instantiate(e.to_string()))?
+            }
+        };
         let code = entry
             .call(&mut *store, ())
             .map_err(|e| classify(store.data(), e, false))?;
@@ -539,6 +717,14 @@ fn classify(state: &RunState, e: wasmtime::Error, instantiating: bool) -> Reason
         None if instantiating => Reason::Instantiate(format!("{e:#}")),
         None => Reason::Trap(format!("{e:#}")),
     }
+}
+
+/// Whether the module has a start function, which runs at instantiation (and could call the
+/// host before there is a hit). A module that does not parse has none here; compiling it fails.
+fn has_start_function(bytes: &[u8]) -> bool {
+    wasmtime::wasmparser::Parser::new(0)
+        .parse_all(bytes)
+        .any(|p| matches!(p, Ok(wasmtime::wasmparser::Payload::StartSection { .. })))
 }
 
 /// A module must export `memory` and `run: () -> i32`.

@@ -410,3 +410,95 @@ fn the_compiled_module_cache_is_bounded() {
     assert!(!Arc::ptr_eq(&first, &again), "compiled anew");
     assert_eq!(rt.modules(), 2);
 }
+
+/// Once a hit is answered, the applet's next instance is made ahead of the next hit, and each
+/// run still starts from an instance nothing has run in: here a run that finds the mark an
+/// earlier run left in memory returns an invalid code. The spent run holds on to nothing of
+/// the request while it waits to be released.
+#[test]
+fn instances_made_ahead_are_fresh_and_used_once() {
+    let rt = runtime();
+    let wasm = module(
+        "",
+        "",
+        "(if (result i32) (i32.load8_u (i32.const 0))
+            (then (i32.const 7))
+            (else (i32.store8 (i32.const 0) (i32.const 1)) (i32.const 0)))",
+    );
+    let applet = rt.compile(&wasm).expect("compiles");
+    for i in 0..5 {
+        let inv = inv(b"doc");
+        let headers = inv.headers.clone();
+        let (verdict, spent) = rt.run_deferred(&applet, inv, Arc::new(NoItems));
+        assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
+        assert_eq!(Arc::strong_count(&headers), 1, "run {i}: headers held");
+        rt.replenish(&applet, spent);
+    }
+    assert_eq!(rt.counters.made_ahead.load(Relaxed), 4);
+    // A run whose store is simply dropped takes the one made ahead and leaves none.
+    assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
+    assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
+    assert_eq!(rt.counters.made_ahead.load(Relaxed), 5);
+    assert_eq!(rt.counters.invalid.load(Relaxed), 0);
+}
+
+/// A start function runs at instantiation, before there is a hit to show it: such a module is
+/// instantiated at its hit (here the start function reads the document's length, 3).
+#[test]
+fn a_module_with_a_start_function_is_instantiated_at_its_hit() {
+    let rt = runtime();
+    let wasm = wat::parse_str(
+        r#"(module
+             (import "meshcache" "item_len" (func $item_len (param i32) (result i32)))
+             (memory (export "memory") 1)
+             (global $len (mut i32) (i32.const -1))
+             (func $init (global.set $len (call $item_len (i32.const 0))))
+             (start $init)
+             (func (export "run") (result i32)
+               (if (result i32) (i32.eq (global.get $len) (i32.const 3))
+                 (then (i32.const 0)) (else (i32.const 9)))))"#,
+    )
+    .expect("parses");
+    let applet = rt.compile(&wasm).expect("compiles");
+    for i in 0..3 {
+        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
+        rt.replenish(&applet, spent);
+    }
+    assert_eq!(rt.counters.made_ahead.load(Relaxed), 0);
+}
+
+/// Instances made ahead hold at most a quarter of the pool (8 here: 2), one per module; a
+/// faulted run is replenished like any other.
+#[test]
+fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
+    let rt = runtime();
+    let applets: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|d| {
+            rt.compile(&module("", d, "(i32.const 0)"))
+                .expect("compiles")
+        })
+        .collect();
+    for a in &applets {
+        for _ in 0..2 {
+            let (_, spent) = rt.run_deferred(a, inv(b"doc"), Arc::new(NoItems));
+            rt.replenish(a, spent);
+        }
+    }
+    // The first module's second run found one; so did the second's; the third found none.
+    assert_eq!(rt.counters.made_ahead.load(Relaxed), 2);
+    let trap = rt
+        .compile(&module("", "t", "unreachable"))
+        .expect("compiles");
+    let (verdict, spent) = rt.run_deferred(&trap, inv(b"doc"), Arc::new(NoItems));
+    assert!(matches!(verdict, Verdict::Origin(Reason::Trap(_))));
+    rt.replenish(&trap, spent);
+    for a in &applets {
+        assert!(matches!(
+            rt.run(a, inv(b"doc"), Arc::new(NoItems)),
+            Verdict::Cached
+        ));
+    }
+    assert_eq!(rt.counters.made_ahead.load(Relaxed), 4);
+}

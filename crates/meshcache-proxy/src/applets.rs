@@ -28,10 +28,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use meshcache_applet::header::{self as applet_header, Attachment};
 use meshcache_applet::{
-    Applet, AppletConfig, Built, Invocation, Item, Items, Reason, Runtime, Verdict,
+    Applet, AppletConfig, Built, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
 };
 use parking_lot::Mutex;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::cache::CachedObject;
 use crate::semantics::Usability;
@@ -91,6 +91,9 @@ enum Source {
     Url(String),
 }
 
+/// A run whose hit was answered: its applet and what it left to release.
+type Answered = (Arc<Applet>, Spent);
+
 /// The proxy's Active Cache state: the runtime, the bindings, the modules by URL.
 pub struct Active {
     runtime: Runtime,
@@ -98,6 +101,10 @@ pub struct Active {
     modules: Mutex<HashMap<String, Slot>>,
     /// One fetch at a time per module URL: the other first hits wait for it.
     fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Runs whose instance waits to be released, and the next one made, after the answer; and
+    /// the end [`run_replenish`] takes (until it does, a run releases its instance itself).
+    spent: mpsc::Sender<Answered>,
+    spent_rx: Mutex<Option<mpsc::Receiver<Answered>>>,
     /// Counters.
     pub counters: ProxyCounters,
 }
@@ -145,11 +152,15 @@ impl Active {
                 log: b.log.clone(),
             });
         }
+        // Each waiting run holds a pool slot: at most a quarter of the pool waits.
+        let (spent, spent_rx) = mpsc::channel((config.instances as usize / 4).max(1));
         Ok(Some(Arc::new(Active {
             runtime,
             bindings,
             modules: Mutex::new(HashMap::new()),
             fetching: Mutex::new(HashMap::new()),
+            spent,
+            spent_rx: Mutex::new(Some(spent_rx)),
             counters: ProxyCounters::default(),
         })))
     }
@@ -157,6 +168,20 @@ impl Active {
     /// The runtime (its counters, log spool, config).
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
+    }
+
+    /// Hands a run's instance to [`run_replenish`], which releases it and makes the applet's
+    /// next one once this task has answered. While that task does not run, or when too many
+    /// runs wait for it, the instance is released here and now.
+    fn after_answer(&self, applet: Arc<Applet>, spent: Spent) {
+        let replenishing = self.spent_rx.lock().is_none();
+        if replenishing {
+            if let Err(e) = self.spent.try_send((applet, spent)) {
+                drop(e.into_inner());
+            }
+        } else {
+            drop(spent);
+        }
     }
 
     /// The applet a stored document runs: its own `CacheApplet`, else the first binding.
@@ -303,6 +328,8 @@ impl Active {
             "output_overruns": g(&c.output),
             "invalid_results": g(&c.invalid),
             "instantiate_failures": g(&c.instantiate),
+            "made_ahead": g(&c.made_ahead),
+            "ready_ahead": self.runtime.ready_ahead(),
             "quarantined": g(&c.quarantined),
             "quarantines": g(&c.quarantines),
             "kv_rejected": g(&c.kv_rejected),
@@ -410,7 +437,8 @@ pub(crate) async fn on_hit(
         shared: shared.clone(),
         request: headers.clone(),
     });
-    let verdict = active.runtime.run(&applet, invocation, items);
+    let (verdict, spent) = active.runtime.run_deferred(&applet, invocation, items);
+    active.after_answer(applet, spent);
     // The run's store is gone with its clones: the headers come back without a copy.
     req.headers = Arc::try_unwrap(headers).unwrap_or_else(|h| (*h).clone());
     match verdict {
@@ -544,6 +572,30 @@ async fn post_log(shared: &Shared, destination: &str, body: Bytes) -> Result<(),
     tokio::time::timeout(limit, exchange)
         .await
         .map_err(|_| format!("no answer within {limit:?}"))?
+}
+
+/// Releases the instances of answered runs and makes each applet's next one, off the hits'
+/// path: a run wakes it, and it runs when the run's task yields, after writing its answer.
+/// (Letting every other ready task go first, with a `yield_now`, was tried: under load it
+/// cost more CPU per hit, not less.)
+pub(crate) async fn run_replenish(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let Some(active) = shared.applets.clone() else {
+        return;
+    };
+    let Some(mut spent) = active.spent_rx.lock().take() else {
+        return;
+    };
+    let mut batch = Vec::new();
+    let most = spent.max_capacity();
+    loop {
+        tokio::select! {
+            n = spent.recv_many(&mut batch, most) => if n == 0 { return },
+            _ = stop.changed() => return,
+        }
+        for (applet, spent) in batch.drain(..) {
+            active.runtime.replenish(&applet, spent);
+        }
+    }
 }
 
 /// Delivers the log spool: every `applets.log_interval`, one batch per destination that is not

@@ -276,6 +276,10 @@ impl Proxy {
             shared.clone(),
             stop_rx.clone(),
         )));
+        tasks.push(tokio::spawn(crate::applets::run_replenish(
+            shared.clone(),
+            stop_rx.clone(),
+        )));
         shutdown.await;
         tracing::info!("shutting down: no new connections, finishing in-flight requests");
         let _ = stop_tx.send(true);

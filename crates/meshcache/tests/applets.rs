@@ -207,9 +207,21 @@ async fn null_runs_on_every_hit_and_its_module_is_fetched_once() {
     }
     assert_eq!(origin.hits("/doc"), 1);
     assert_eq!(origin.hits("/applets/null.wasm"), 1);
+    // After an answer, the next instance is made ahead; the next hit takes it.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while applets(&p.stats().await)["ready_ahead"] != 1 {
+        assert!(std::time::Instant::now() < until, "no instance made ahead");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let made = applets(&p.stats().await)["made_ahead"]
+        .as_u64()
+        .expect("made_ahead");
+    let r = get(&p, &url, &[]).await;
+    assert_eq!((r.status, &r.body[..]), (200, &b"hello"[..]));
     let s = p.stats().await;
-    assert_eq!(applets(&s)["runs"], 3, "{s}");
-    assert_eq!(applets(&s)["cached"], 3, "{s}");
+    assert_eq!(applets(&s)["made_ahead"], made + 1, "{s}");
+    assert_eq!(applets(&s)["runs"], 4, "{s}");
+    assert_eq!(applets(&s)["cached"], 4, "{s}");
     assert_eq!(applets(&s)["modules_compiled"], 1, "{s}");
     p.stop().await;
 }
