@@ -96,7 +96,8 @@ pub(crate) async fn handle(
     })
 }
 
-/// Active Cache lines of `/metrics`: every counter of the `/stats` "applets" object.
+/// Active Cache lines of `/metrics`: every counter of the `/stats` "applets" object, and its
+/// one gauge.
 fn applet_metrics(shared: &Shared, out: &mut String) {
     use std::fmt::Write as _;
     let Some(a) = &shared.applets else {
@@ -104,10 +105,17 @@ fn applet_metrics(shared: &Shared, out: &mut String) {
     };
     if let Some(obj) = a.report().as_object() {
         for (k, v) in obj {
-            let _ = writeln!(
-                out,
-                "# TYPE meshcache_applet_{k}_total counter\nmeshcache_applet_{k}_total {v}"
-            );
+            let _ = if k == "ready_ahead" {
+                writeln!(
+                    out,
+                    "# HELP meshcache_applet_{k} Instances made ahead, waiting for their hit.\n# TYPE meshcache_applet_{k} gauge\nmeshcache_applet_{k} {v}"
+                )
+            } else {
+                writeln!(
+                    out,
+                    "# TYPE meshcache_applet_{k}_total counter\nmeshcache_applet_{k}_total {v}"
+                )
+            };
         }
     }
 }

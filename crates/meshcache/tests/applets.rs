@@ -223,6 +223,14 @@ async fn null_runs_on_every_hit_and_its_module_is_fetched_once() {
     assert_eq!(applets(&s)["runs"], 4, "{s}");
     assert_eq!(applets(&s)["cached"], 4, "{s}");
     assert_eq!(applets(&s)["modules_compiled"], 1, "{s}");
+    let metrics = String::from_utf8_lossy(&p.admin_get("/metrics").await.body).into_owned();
+    for line in [
+        "# TYPE meshcache_applet_ready_ahead gauge",
+        "# TYPE meshcache_applet_made_ahead_total counter",
+        "meshcache_applet_runs_total 4",
+    ] {
+        assert!(metrics.contains(line), "{line} not in {metrics}");
+    }
     p.stop().await;
 }
 
