@@ -21,15 +21,17 @@ use meshcache_store::{StoreEvent, StoreKey};
 use meshcache_wire::directory::{self as wire, DirMessage, HolderOp};
 use meshcache_wire::icp;
 use parking_lot::Mutex;
-use tokio::sync::broadcast::error::TryRecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::config::Config;
 use crate::coop::Coop;
 use crate::Shared;
 
-/// How often store events are turned into directory updates: short enough that an owner
-/// hears of a new copy before most requests for it, long enough to batch a burst.
+/// How long store events wait to be turned into directory updates once one arrives: short
+/// enough that an owner hears of a new copy before most requests for it, long enough to batch a
+/// burst. An idle node does not wake at all.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 
 /// The directory state of a node.
@@ -40,6 +42,8 @@ pub struct DirectoryState {
     me: SocketAddrV4,
     /// Sequence number of our next `DIR_ADD` / `DIR_DEL`.
     seq: AtomicU32,
+    /// Wakes the upkeep task when an update was queued other than by a store event.
+    queued: Notify,
 }
 
 impl DirectoryState {
@@ -80,7 +84,18 @@ impl DirectoryState {
             dir: Mutex::new(Directory::new(&config.name, me, members, dconfig, seed)),
             me,
             seq: AtomicU32::new(1),
+            queued: Notify::new(),
         })
+    }
+
+    /// A miss of `key` ended, `stored` or not: an optimistic entry for what we will not hold
+    /// is taken back, by the next drain.
+    pub(crate) fn fetch_done(&self, key: [u8; 16], stored: bool) {
+        let mut dir = self.dir.lock();
+        dir.fetch_done(Instant::now(), key, stored);
+        if dir.queued_updates() > 0 {
+            self.queued.notify_one();
+        }
     }
 
     /// `/stats`: counters, entries, members, searches in flight and queued updates.
@@ -382,33 +397,43 @@ pub(crate) async fn run_updates(
     let Some(d) = shared.coop.directory() else {
         return;
     };
-    let mut drain = tokio::time::interval(DRAIN_INTERVAL);
-    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Holder records expire after the TTL: everything still stored is announced again at half
     // of it, so a long-lived object stays listed.
     let ttl = shared.config.cooperation.directory_ttl;
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 2, ttl / 2);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        // Asleep until there is something to do: a store event, an update queued by a miss's
+        // end, or the renewal.
         let mut renewing = false;
+        let mut first = None;
+        let mut lagged = false;
         tokio::select! {
-            _ = drain.tick() => {}
+            ev = events.recv() => match ev {
+                Ok(ev) => first = Some(ev),
+                Err(RecvError::Lagged(_)) => lagged = true,
+                Err(RecvError::Closed) => return,
+            },
+            () = d.queued.notified() => {}
             _ = renew.tick() => renewing = true,
             _ = stop.changed() => return,
+        }
+        if !renewing {
+            // Let the burst this event starts gather before it goes out.
+            tokio::select! {
+                () = tokio::time::sleep(DRAIN_INTERVAL) => {}
+                _ = stop.changed() => return,
+            }
         }
         let sends = {
             let mut dir = d.dir.lock();
             let now = Instant::now();
-            let mut lagged = false;
-            loop {
+            if let Some(ev) = first {
+                follow(&mut dir, now, &ev);
+            }
+            while !lagged {
                 match events.try_recv() {
-                    Ok(ev) => {
-                        if ev.is_admission() {
-                            dir.on_admitted(now, ev.key().0);
-                        } else {
-                            dir.on_removed(now, ev.key().0);
-                        }
-                    }
+                    Ok(ev) => follow(&mut dir, now, &ev),
                     Err(TryRecvError::Lagged(_)) => {
                         lagged = true;
                         break;
@@ -435,5 +460,14 @@ pub(crate) async fn run_updates(
         if !sends.is_empty() {
             send(&shared, sends).await;
         }
+    }
+}
+
+/// One store event, told to the directory.
+fn follow(dir: &mut Directory, now: Instant, ev: &StoreEvent) {
+    if ev.is_admission() {
+        dir.on_admitted(now, ev.key().0);
+    } else {
+        dir.on_removed(now, ev.key().0);
     }
 }

@@ -648,10 +648,10 @@ fn relay_response(
     if req.method == Method::GET {
         if let Some(d) = shared.coop.directory() {
             // Optimistic directory entries for what we will not hold are taken back.
-            let key = meshcache_store::StoreKey::get(&target.url).0;
-            d.dir
-                .lock()
-                .fetch_done(std::time::Instant::now(), key, capture.is_some());
+            d.fetch_done(
+                meshcache_store::StoreKey::get(&target.url).0,
+                capture.is_some(),
+            );
         }
     }
     let _ = write!(detail, "; fwd-status={}", rparts.status.as_u16());

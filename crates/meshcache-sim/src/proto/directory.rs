@@ -10,7 +10,7 @@
 //! | `coop::respond`: a forwarded query is answered at `forwarded_reply_to`; a reply goes to `Directory::on_reply`, else to ICP's `on_reply` | [`on_message`], [`on_icp_reply`] |
 //! | `Coop::decision` at the deadline → `Directory::on_deadline` | [`on_deadline`] |
 //! | `service::relay_response` → `Directory::fetch_done` (stored or not) | [`on_store_events`] |
-//! | `directory::run_updates`: the store's events drained every 10 ms (`on_admitted` / `on_removed`, `take_updates`), and the whole store announced again every `ttl / 2` | [`on_store_events`], [`on_tick`] |
+//! | `directory::run_updates`: the store's events drained 10 ms after the first of a burst (`on_admitted` / `on_removed`, `take_updates`), and the whole store announced again every `ttl / 2` | [`on_store_events`], [`on_tick`] |
 //!
 //! A 504 from a holder (a false entry) changes nothing in the directory, in the proxy as here:
 //! the entry is corrected by the holder's own `DIR_DEL`, or expires.
@@ -34,8 +34,8 @@ use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
 use crate::results::Kind;
 use crate::spec::{Protocol, SimSpec};
 
-/// How often store events become directory updates: the proxy's `DRAIN_INTERVAL` (10 ms), in
-/// ns.
+/// How long store events wait to become directory updates after the first of a burst: the
+/// proxy's `DRAIN_INTERVAL` (10 ms), in ns.
 pub(crate) const DRAIN_INTERVAL_NS: u64 = 10_000_000;
 
 /// Keys in one `DIR_ADD` / `DIR_DEL` datagram, as `encode_batches` packs them into
@@ -439,11 +439,11 @@ pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, obj: u32, events:
     d.dir.fetch_done(at, key.0, stored);
     d.events
         .extend(events.iter().map(|e| (e.key().0, e.is_admission())));
-    // The proxy drains every 10 ms; a drain is due whenever there is something to drain (an
-    // event, or an optimistic entry `fetch_done` took back).
+    // The proxy drains 10 ms after there is something to drain (an event, or an optimistic
+    // entry `fetch_done` took back), and sleeps while there is nothing.
     let pending = !d.events.is_empty() || d.dir.queued_updates() > 0;
     if pending && d.drain_at.is_none() {
-        let due = (now / DRAIN_INTERVAL_NS + 1) * DRAIN_INTERVAL_NS;
+        let due = now + DRAIN_INTERVAL_NS;
         d.drain_at = Some(due);
         sim.schedule(due, Ev::Tick { node });
     }
