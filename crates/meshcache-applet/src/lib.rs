@@ -24,6 +24,7 @@ pub mod header;
 mod host;
 pub mod runtime;
 pub mod state;
+mod ticker;
 
 pub use config::{AppletConfig, Binding};
 pub use runtime::{

@@ -4,7 +4,8 @@
 //! A run: a [`wasmtime::Store`] is made for the call with the request, the document and the
 //! run's limits in it; the module's pre-linked instance ([`wasmtime::InstancePre`]) is
 //! instantiated from the pooling allocator (no `mmap` per call); `run` is called under an epoch
-//! deadline (a ticker thread advances the engine's epoch every [`TICK`]); the result, the
+//! deadline (a ticker thread advances the engine's epoch every [`TICK`] while runs come, see
+//! [`crate::ticker`]); the result, the
 //! built response and the run's key/value writes and log records are kept only if it returned
 //! normally with a valid code. Everything else is [`Verdict::Origin`] with the reason counted.
 //!
@@ -18,10 +19,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -36,6 +36,7 @@ use crate::abi::{self, Outcome};
 use crate::config::AppletConfig;
 use crate::host::{self, Ended, RunState, VerifyMemo};
 use crate::state::{KvStores, LogSpool};
+use crate::ticker::Ticker;
 use crate::AppletError;
 
 /// Bytes at the start of an instance's memory that are zeroed in place when it is released,
@@ -44,8 +45,7 @@ use crate::AppletError;
 /// the proxy: handing them back made each run take two or three page faults, which cost more
 /// than zeroing 32 KiB.)
 const KEEP_RESIDENT: usize = 32 << 10;
-/// How often the engine's epoch advances: the granularity of CPU deadlines.
-pub const TICK: Duration = Duration::from_millis(1);
+pub use crate::ticker::TICK;
 
 /// Stored response headers, in order, shared with the cache (no copy per run).
 pub type Headers = Arc<[(HeaderName, HeaderValue)]>;
@@ -298,8 +298,7 @@ pub struct Runtime {
     pub logs: Arc<LogSpool>,
     /// What runs did.
     pub counters: Counters,
-    ticker: Mutex<Option<JoinHandle<()>>>,
-    stop: Arc<AtomicBool>,
+    ticker: Ticker,
     started: Instant,
     /// The invocation an instance made ahead holds until its hit, and a run's state after it.
     idle: Invocation,
@@ -360,8 +359,7 @@ impl Runtime {
             kv: Arc::new(KvStores::default()),
             verified: Arc::new(VerifyMemo::default()),
             counters: Counters::default(),
-            ticker: Mutex::new(None),
-            stop: Arc::new(AtomicBool::new(false)),
+            ticker: Ticker::default(),
             started: Instant::now(),
             idle: Invocation {
                 method: Method::GET,
@@ -384,26 +382,13 @@ impl Runtime {
     }
 
     /// Starts the epoch ticker, once: with the first module, so that a proxy that never runs an
-    /// applet has no thread waking a thousand times a second. No module is handed out unless
-    /// the ticker runs (a run without it could not be stopped).
+    /// applet has no thread waking a thousand times a second (nor one that stopped running
+    /// them: the ticker sleeps after a quiet spell). No module is handed out unless the ticker
+    /// runs (a run without it could not be stopped).
     fn start_ticker(&self) -> Result<(), AppletError> {
-        let mut ticker = self.ticker.lock();
-        if ticker.is_some() {
-            return Ok(());
-        }
-        let engine = self.engine.clone();
-        let stop = self.stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("applet-epoch".into())
-            .spawn(move || {
-                while !stop.load(Relaxed) {
-                    std::thread::sleep(TICK);
-                    engine.increment_epoch();
-                }
-            })
-            .map_err(|e| AppletError::Engine(format!("cannot start the epoch ticker: {e}")))?;
-        *ticker = Some(handle);
-        Ok(())
+        self.ticker
+            .start(self.engine.clone())
+            .map_err(|e| AppletError::Engine(format!("cannot start the epoch ticker: {e}")))
     }
 
     /// The configuration it runs under.
@@ -463,6 +448,11 @@ impl Runtime {
         self.warm.load(Relaxed)
     }
 
+    /// Times the epoch ticker went to sleep after a quiet spell (see [`crate::ticker`]).
+    pub fn ticker_sleeps(&self) -> u64 {
+        self.ticker.sleeps()
+    }
+
     /// Modules compiled and kept.
     pub fn modules(&self) -> usize {
         self.modules.lock().by_hash.len()
@@ -506,7 +496,10 @@ impl Runtime {
         };
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        let called = self.call(applet, &mut store, entry);
+        let called = {
+            let _running = self.ticker.running();
+            self.call(applet, &mut store, entry)
+        };
         let Ended {
             inv,
             output,
@@ -696,10 +689,7 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        self.stop.store(true, Relaxed);
-        if let Some(t) = self.ticker.get_mut().take() {
-            let _ = t.join();
-        }
+        self.ticker.stop();
     }
 }
 

@@ -150,6 +150,40 @@ fn inputs_and_request_headers_reach_the_applet() {
 }
 
 #[test]
+fn the_ticker_sleeps_when_idle_and_a_run_wakes_it() {
+    use std::time::{Duration, Instant};
+    let rt = runtime();
+    let null = module("", "", "i32.const 0");
+    assert!(matches!(run(&rt, &null, inv(b"")), Verdict::Cached));
+    // No run for a while: the ticker goes to sleep (after 100 ticks of 1 ms).
+    let until = Instant::now() + Duration::from_secs(5);
+    while rt.ticker_sleeps() == 0 {
+        assert!(Instant::now() < until, "the ticker never went to sleep");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A run that never ends must still meet its deadline: beginning it wakes the ticker. (On
+    // a thread of its own: without the wake-up it would spin for ever.)
+    let rt = Arc::new(rt);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spinner = rt.clone();
+    std::thread::spawn(move || {
+        let spin = module("", "", "(loop $l (br $l)) i32.const 0");
+        let _ = tx.send(run(&spinner, &spin, inv(b"")));
+    });
+    let verdict = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("a spinning run outlived its deadline by seconds");
+    assert!(matches!(verdict, Verdict::Origin(Reason::Timeout)));
+    // And it sleeps again afterwards.
+    let slept = rt.ticker_sleeps();
+    let until = Instant::now() + Duration::from_secs(5);
+    while rt.ticker_sleeps() == slept {
+        assert!(Instant::now() < until, "the ticker did not sleep again");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
 fn hostile_runs_end_at_their_limits_and_are_counted() {
     let rt = runtime();
     let spin = module("", "", "(loop $l (br $l)) i32.const 0");

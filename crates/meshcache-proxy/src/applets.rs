@@ -330,6 +330,7 @@ impl Active {
             "instantiate_failures": g(&c.instantiate),
             "made_ahead": g(&c.made_ahead),
             "ready_ahead": self.runtime.ready_ahead(),
+            "ticker_sleeps": self.runtime.ticker_sleeps(),
             "quarantined": g(&c.quarantined),
             "quarantines": g(&c.quarantines),
             "kv_rejected": g(&c.kv_rejected),

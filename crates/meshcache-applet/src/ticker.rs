@@ -1,0 +1,137 @@
+//! The epoch ticker: a thread that advances the engine's epoch every [`TICK`], which is what
+//! stops a run at its CPU deadline, and sleeps once no run has begun for [`IDLE_TICKS`] ticks.
+//!
+//! Without the sleep, a proxy that had ever compiled an applet woke a thousand times a second
+//! for the rest of its life. A run that begins while the ticker sleeps wakes it (one `futex`
+//! call, only after such a quiet spell; otherwise beginning a run costs three atomic
+//! operations), and its deadline counts from the epoch at its start, as always.
+//!
+//! Why no run can go unticked: a run announces itself (`began`, `running`) and then reads
+//! `asleep`; the ticker sets `asleep` and then reads `began` and `running` again before it
+//! parks. All four accesses are sequentially consistent, so either the run sees `asleep` and
+//! wakes the ticker, or the ticker sees the run and keeps ticking.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use wasmtime::Engine;
+
+/// How often the engine's epoch advances: the granularity of CPU deadlines.
+pub const TICK: Duration = Duration::from_millis(1);
+
+/// Ticks with no run begun and none running after which the ticker sleeps (100 ms).
+pub(crate) const IDLE_TICKS: u32 = 100;
+
+#[derive(Default)]
+struct State {
+    /// Runs begun since start.
+    began: AtomicU64,
+    /// Runs in progress.
+    running: AtomicUsize,
+    /// The ticker is parked, or about to park.
+    asleep: AtomicBool,
+    stop: AtomicBool,
+    /// Times the ticker went to sleep.
+    sleeps: AtomicU64,
+    thread: OnceLock<Thread>,
+}
+
+/// The ticker of one engine; see the [module documentation](self).
+#[derive(Default)]
+pub(crate) struct Ticker {
+    state: Arc<State>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A run in progress: keeps the ticker awake until dropped.
+pub(crate) struct Running<'a>(&'a State);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, SeqCst);
+    }
+}
+
+impl Ticker {
+    /// Starts the thread, once.
+    pub fn start(&self, engine: Engine) -> std::io::Result<()> {
+        let mut handle = self.handle.lock();
+        if handle.is_some() {
+            return Ok(());
+        }
+        let state = self.state.clone();
+        let thread = std::thread::Builder::new()
+            .name("applet-epoch".into())
+            .spawn(move || tick(&state, &engine))?;
+        *handle = Some(thread);
+        Ok(())
+    }
+
+    /// A run begins: wakes the ticker if it sleeps, and keeps it awake while the guard lives.
+    pub fn running(&self) -> Running<'_> {
+        let s = &*self.state;
+        s.began.fetch_add(1, SeqCst);
+        s.running.fetch_add(1, SeqCst);
+        if s.asleep.load(SeqCst) && s.asleep.swap(false, SeqCst) {
+            if let Some(t) = s.thread.get() {
+                t.unpark();
+            }
+        }
+        Running(s)
+    }
+
+    /// Times the ticker went to sleep since start.
+    pub fn sleeps(&self) -> u64 {
+        self.state.sleeps.load(SeqCst)
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(&mut self) {
+        let s = &*self.state;
+        s.stop.store(true, SeqCst);
+        s.asleep.store(false, SeqCst);
+        if let Some(t) = s.thread.get() {
+            t.unpark();
+        }
+        if let Some(h) = self.handle.get_mut().take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The ticker thread's loop.
+fn tick(s: &State, engine: &Engine) {
+    // Known before `asleep` can first be set, so a run that sees it set can wake us.
+    let _ = s.thread.set(std::thread::current());
+    let mut seen = s.began.load(SeqCst);
+    let mut quiet = 0;
+    while !s.stop.load(SeqCst) {
+        std::thread::sleep(TICK);
+        engine.increment_epoch();
+        let began = s.began.load(SeqCst);
+        if began != seen || s.running.load(SeqCst) > 0 {
+            seen = began;
+            quiet = 0;
+            continue;
+        }
+        quiet += 1;
+        if quiet < IDLE_TICKS {
+            continue;
+        }
+        s.asleep.store(true, SeqCst);
+        if s.began.load(SeqCst) != seen || s.running.load(SeqCst) > 0 {
+            // A run began after the look above and may not have seen `asleep`: keep ticking.
+            s.asleep.store(false, SeqCst);
+            continue;
+        }
+        s.sleeps.fetch_add(1, SeqCst);
+        while s.asleep.load(SeqCst) && !s.stop.load(SeqCst) {
+            std::thread::park();
+        }
+        seen = s.began.load(SeqCst);
+        quiet = 0;
+    }
+}
