@@ -205,11 +205,15 @@ fn target(shared: &Shared, uri: &Uri) -> Result<Target, (StatusCode, &'static st
     } else {
         format!("/{path}")
     };
-    let url = if port == 80 {
-        format!("http://{host}{path}")
-    } else {
-        format!("http://{host}:{port}{path}")
-    };
+    // Built by hand rather than with `format!`: this runs for every request.
+    let mut url = String::with_capacity("http://:65535".len() + host.len() + path.len());
+    url.push_str("http://");
+    url.push_str(&host);
+    if port != 80 {
+        url.push(':');
+        url.push_str(itoa::Buffer::new().format(port));
+    }
+    url.push_str(&path);
     Ok(Target {
         host,
         port,
@@ -511,11 +515,18 @@ fn serve_stored(
     headers.insert(header::AGE, HeaderValue::from(object.freshness.age(now)));
     headers::append_via(&mut headers, &shared.via);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
-    let ttl = object.freshness.ttl(now);
-    if let Ok(v) = HeaderValue::from_str(&format!(
-        "{}; {status_detail}; ttl={ttl}",
-        shared.config.name
-    )) {
+    // Built by hand rather than with `format!`: this runs on every hit.
+    let mut cache_status = String::with_capacity(shared.config.name.len() + 40);
+    for part in [
+        shared.config.name.as_str(),
+        "; ",
+        status_detail,
+        "; ttl=",
+        itoa::Buffer::new().format(object.freshness.ttl(now)),
+    ] {
+        cache_status.push_str(part);
+    }
+    if let Ok(v) = HeaderValue::from_str(&cache_status) {
         headers.insert(CACHE_STATUS.clone(), v);
     }
     if req.method == Method::HEAD {
