@@ -13,7 +13,16 @@
 //! the body early, so the request fails instead of being relayed wrong.
 //!
 //! After a CONNECT head the guard steps aside: the rest is tunnel bytes.
+//!
+//! The guard also keeps the connection's time limits ([`GuardedStream::with_timeouts`]): a read
+//! or a write that waits longer than the idle timeout ends the connection, and a head that has
+//! not arrived whole within the head timeout (counted from the connection's start for its
+//! first request, from the head's first byte for the next ones) is answered 408. One timer per
+//! connection serves all three, and it is moved only when it fires early or a nearer deadline
+//! appears (a head arriving in pieces): a timer reset per read and per request, and hyper's
+//! own head timer, cost 3.5 % of a small hit's CPU (docs/benchmarks.md).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,6 +30,7 @@ use std::task::{ready, Context, Poll};
 
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Duration, Instant, Sleep};
 
 /// The end of a request head (a searcher built once: a byte-by-byte comparison of every
 /// window was 1 % of a small hit's CPU).
@@ -74,6 +84,72 @@ pub struct GuardedStream<S> {
     slot: ViolationSlot,
     /// The error response still to write before shutdown.
     answer: Option<(Vec<u8>, usize)>,
+    timeouts: Option<Timeouts>,
+}
+
+/// A connection's time limits, kept with one timer; see the [module documentation](self).
+struct Timeouts {
+    idle: Duration,
+    head: Duration,
+    timer: Pin<Box<Sleep>>,
+    /// Since when a read has waited for bytes, if one is waiting.
+    read_wait: Option<Instant>,
+    /// Since when a write has waited for room, if one is waiting.
+    write_wait: Option<Instant>,
+    /// Since when the head now arriving has been on its way, if one is.
+    head_wait: Option<Instant>,
+}
+
+/// Which limit passed.
+enum Expired {
+    /// A read or a write waited too long, or the first head never began.
+    Idle,
+    /// A head began but did not arrive whole in time.
+    Head,
+}
+
+impl Timeouts {
+    fn new(idle: Duration, head: Duration) -> Self {
+        let now = Instant::now();
+        Timeouts {
+            idle,
+            head,
+            timer: Box::pin(tokio::time::sleep_until(now + head.min(idle))),
+            read_wait: None,
+            write_wait: None,
+            head_wait: Some(now),
+        }
+    }
+
+    /// The nearest deadline in force, and what it limits.
+    fn due(&self) -> Option<(Instant, Expired)> {
+        let waits = [self.read_wait, self.write_wait].into_iter().flatten();
+        let idle = waits.min().map(|t| (t + self.idle, Expired::Idle));
+        let head = self.head_wait.map(|t| (t + self.head, Expired::Head));
+        match (idle, head) {
+            (Some(i), Some(h)) => Some(if h.0 < i.0 { h } else { i }),
+            (i, h) => i.or(h),
+        }
+    }
+
+    /// Ready with the limit that passed; otherwise the task is woken when the nearest one may
+    /// have. A later deadline than the timer's leaves it alone: when it fires early, it is moved
+    /// then.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Expired> {
+        loop {
+            let Some((due, what)) = self.due() else {
+                return Poll::Pending;
+            };
+            if due < self.timer.deadline() {
+                self.timer.as_mut().reset(due);
+            }
+            ready!(Future::poll(self.timer.as_mut(), cx));
+            if Instant::now() >= due {
+                return Poll::Ready(what);
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
 }
 
 const MAX_LINE: usize = 4096;
@@ -90,6 +166,30 @@ impl<S> GuardedStream<S> {
             limits,
             slot,
             answer: None,
+            timeouts: None,
+        }
+    }
+
+    /// Ends a read or write that waits longer than `idle`, and answers 408 to a head that takes
+    /// longer than `head` to arrive (a silent connection's first head, longer than that: closed).
+    pub fn with_timeouts(mut self, idle: Duration, head: Duration) -> Self {
+        self.timeouts = Some(Timeouts::new(idle, head));
+        self
+    }
+
+    /// A write-side result under the idle timeout.
+    fn timed<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        let Some(t) = &mut self.timeouts else {
+            return r;
+        };
+        if r.is_ready() {
+            t.write_wait = None;
+            return r;
+        }
+        t.write_wait.get_or_insert_with(Instant::now);
+        match t.poll(cx) {
+            Poll::Ready(_) => Poll::Ready(Err(io::ErrorKind::TimedOut.into())),
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -98,12 +198,13 @@ impl<S> GuardedStream<S> {
         let mid_body = !matches!(self.state, State::Head);
         if !mid_body {
             let body = format!("meshcache: {reason}\n");
-            let phrase = match status {
-                431 => "Request Header Fields Too Large",
-                _ => "Bad Request",
+            let (phrase, error) = match status {
+                408 => ("Request Timeout", "request-timeout"),
+                431 => ("Request Header Fields Too Large", "invalid-request"),
+                _ => ("Bad Request", "invalid-request"),
             };
             let text = format!(
-                "HTTP/1.1 {status} {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nx-meshcache-error: invalid-request\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status} {phrase}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nx-meshcache-error: {error}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
             self.answer = Some((text.into_bytes(), 0));
@@ -334,7 +435,26 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
             // nothing) cost more than the request's parsing.
             let mut tmp = [std::mem::MaybeUninit::<u8>::uninit(); 16 * 1024];
             let mut rb = ReadBuf::uninit(&mut tmp);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
+            if Pin::new(&mut this.inner)
+                .poll_read(cx, &mut rb)?
+                .is_pending()
+            {
+                let Some(t) = &mut this.timeouts else {
+                    return Poll::Pending;
+                };
+                t.read_wait.get_or_insert_with(Instant::now);
+                match t.poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Expired::Head) if !this.pending.is_empty() => {
+                        this.fail(
+                            408,
+                            "the request head took longer than http.header_read_timeout",
+                        );
+                        continue;
+                    }
+                    Poll::Ready(_) => return Poll::Ready(Err(io::ErrorKind::TimedOut.into())),
+                }
+            }
             let filled = rb.filled();
             if filled.is_empty() {
                 // The client closed; hand over any partial head so hyper sees it as such.
@@ -347,6 +467,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
                 continue;
             }
             this.feed(filled);
+            if let Some(t) = &mut this.timeouts {
+                t.read_wait = None;
+                // A head still arriving keeps the clock it started (the first one: the
+                // connection's); any other state stops it.
+                let arriving = matches!(this.state, State::Head) && !this.pending.is_empty();
+                t.head_wait = if arriving {
+                    Some(t.head_wait.unwrap_or_else(Instant::now))
+                } else {
+                    None
+                };
+            }
         }
     }
 }
@@ -357,7 +488,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, data)
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        self.timed(cx, r)
     }
 
     fn poll_write_vectored(
@@ -365,7 +497,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.timed(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -373,26 +506,33 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.timed(cx, r)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = &mut *self;
-        // Our own answer to a refused head goes out before the connection closes.
-        while let Some((bytes, written)) = &mut this.answer {
+        let r = self.answer_and_shut(cx);
+        self.timed(cx, r)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> GuardedStream<S> {
+    /// Writes our own answer to a refused head, if there is one, then shuts the socket down.
+    fn answer_and_shut(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, written)) = &mut self.answer {
             if *written == bytes.len() {
-                this.answer = None;
+                self.answer = None;
                 break;
             }
-            match ready!(Pin::new(&mut this.inner).poll_write(cx, &bytes[*written..])) {
+            match ready!(Pin::new(&mut self.inner).poll_write(cx, &bytes[*written..])) {
                 Ok(0) | Err(_) => {
-                    this.answer = None;
+                    self.answer = None;
                     break;
                 }
                 Ok(n) => *written += n,
             }
         }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -480,5 +620,103 @@ mod tests {
         let (passed, v) = run(input, 6);
         assert_eq!(v, None);
         assert_eq!(passed, input);
+    }
+
+    /// A guard with the default limits (idle 120 s, head 30 s) over one end of a pipe.
+    fn timed() -> (
+        GuardedStream<tokio::io::DuplexStream>,
+        tokio::io::DuplexStream,
+        ViolationSlot,
+    ) {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let slot = ViolationSlot::default();
+        let limits = HeadLimits {
+            max_bytes: 1024,
+            max_headers: 8,
+        };
+        let g = GuardedStream::new(server, limits, slot.clone())
+            .with_timeouts(Duration::from_secs(120), Duration::from_secs(30));
+        (g, client, slot)
+    }
+
+    fn secs(since: Instant) -> u64 {
+        since.elapsed().as_secs()
+    }
+
+    // Time is paused: it jumps to the next timer whenever every task waits.
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_in_pieces_is_answered_408_after_the_head_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut g, mut client, slot) = timed();
+        let started = Instant::now();
+        client
+            .write_all(b"GET http://a/ HTTP/1.1\r\nHost: a\r\n")
+            .await
+            .expect("write");
+        let mut buf = [0u8; 256];
+        assert_eq!(g.read(&mut buf).await.expect("end of input"), 0);
+        assert_eq!(secs(started), 30);
+        g.shutdown().await.expect("shutdown");
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer).await.expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+        assert!(
+            answer.contains("x-meshcache-error: request-timeout"),
+            "{answer}"
+        );
+        assert_eq!(slot.lock().as_ref().map(|v| v.status), Some(408));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_is_closed_after_the_head_timeout() {
+        use tokio::io::AsyncReadExt;
+        let (mut g, _client, slot) = timed();
+        let started = Instant::now();
+        let e = g.read(&mut [0u8; 16]).await.expect_err("timed out");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(secs(started), 30);
+        assert!(slot.lock().is_none(), "nothing to answer");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn between_requests_only_the_idle_timeout_applies() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut g, mut client, _slot) = timed();
+        // A request every 100 s (longer than the head timeout, shorter than the idle one):
+        // the connection lives on.
+        let head = b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n";
+        let mut buf = [0u8; 256];
+        for _ in 0..3 {
+            client.write_all(head).await.expect("write");
+            assert_eq!(g.read(&mut buf).await.expect("head"), head.len());
+            let wait = tokio::time::timeout(Duration::from_secs(100), g.read(&mut buf)).await;
+            assert!(wait.is_err(), "the read ended early: {wait:?}");
+        }
+        // Then silence after a request: 120 s.
+        client.write_all(head).await.expect("write");
+        assert_eq!(g.read(&mut buf).await.expect("head"), head.len());
+        let started = Instant::now();
+        let e = g.read(&mut buf).await.expect_err("timed out");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(secs(started), 120);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_client_never_takes_ends_after_the_idle_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut g, mut client, _slot) = timed();
+        let head = b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n";
+        client.write_all(head).await.expect("write");
+        assert_eq!(g.read(&mut [0u8; 256]).await.expect("head"), head.len());
+        // The answer is larger than the pipe, and the client never reads it.
+        let started = Instant::now();
+        let e = g
+            .write_all(&vec![b'x'; 1 << 20])
+            .await
+            .expect_err("timed out");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(secs(started), 120);
     }
 }

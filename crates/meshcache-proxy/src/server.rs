@@ -13,11 +13,10 @@ use std::time::Duration;
 
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Semaphore};
-use tokio_io_timeout::TimeoutStream;
 
 use crate::accesslog::{AccessLog, AccessRecord};
 use crate::cache::Cache;
@@ -363,9 +362,8 @@ async fn serve_connection(
         max_headers: cfg.max_headers,
     };
     let stream = ZeroCopyStream::new(stream, shared.cache.arena().cloned());
-    let mut io = TimeoutStream::new(GuardedStream::new(stream, limits, slot.clone()));
-    io.set_read_timeout(Some(cfg.idle_timeout));
-    io.set_write_timeout(Some(cfg.idle_timeout));
+    let io = GuardedStream::new(stream, limits, slot.clone())
+        .with_timeouts(cfg.idle_timeout, cfg.header_read_timeout);
     let svc_shared = shared.clone();
     let svc_slot = slot.clone();
     // Who the connection works for, decided per request (a peer's requests carry its Via);
@@ -383,8 +381,6 @@ async fn serve_connection(
         service::handle(svc_shared.clone(), peer, allowed, svc_slot.clone(), req)
     });
     let conn = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(cfg.header_read_timeout)
         // The guard bounds heads already; hyper's buffer only needs room for one.
         .max_buf_size(limits.max_bytes.saturating_add(1024).max(8192))
         .max_headers(cfg.max_headers)
@@ -420,7 +416,7 @@ async fn serve_connection(
             .metrics
             .invalid_requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(client = %peer, %reason, "refused malformed request");
+        tracing::info!(client = %peer, status, %reason, "refused a request head");
         shared
             .metrics
             .record(ResultCode::NoneNone, 0, Duration::ZERO);

@@ -184,6 +184,10 @@ async fn slow_clients_are_cut_off() {
         took < Duration::from_secs(4),
         "connection held {took:?}: {out}"
     );
+    // Answered, and logged as Squid logs a request that timed out.
+    assert!(out.starts_with("HTTP/1.1 408 "), "{out}");
+    assert!(out.contains("http.header_read_timeout"), "{out}");
+    assert_eq!(proxy.log_code(1).await, "NONE_NONE/408");
     proxy.stop().await;
 }
 
