@@ -14,8 +14,8 @@
 //!
 //! After a CONNECT head the guard steps aside: the rest is tunnel bytes.
 //!
-//! The guard also keeps the connection's time limits ([`GuardedStream::with_timeouts`]): a read
-//! or a write that waits longer than the idle timeout ends the connection, and a head that has
+//! The guard also keeps the connection's time limits ([`GuardedStream::with_timeouts`]): a
+//! connection on which nothing moves either way for the idle timeout is ended, and a head that has
 //! not arrived whole within the head timeout (counted from the connection's start for its
 //! first request, from the head's first byte for the next ones) is answered 408. One timer per
 //! connection serves all three, and it is moved only when it fires early or a nearer deadline
@@ -121,6 +121,14 @@ impl Timeouts {
         }
     }
 
+    /// Bytes moved, one way or the other: every wait starts again. (A connection is idle only
+    /// when neither side moves: hyper keeps a read pending while it sends a response, and a
+    /// long download must not end because the client said nothing meanwhile.)
+    fn progressed(&mut self) {
+        self.read_wait = None;
+        self.write_wait = None;
+    }
+
     /// The nearest deadline in force, and what it limits.
     fn due(&self) -> Option<(Instant, Expired)> {
         let waits = [self.read_wait, self.write_wait].into_iter().flatten();
@@ -170,7 +178,7 @@ impl<S> GuardedStream<S> {
         }
     }
 
-    /// Ends a read or write that waits longer than `idle`, and answers 408 to a head that takes
+    /// Ends the connection when nothing moves either way for `idle`, and answers 408 to a head that takes
     /// longer than `head` to arrive (a silent connection's first head, longer than that: closed).
     pub fn with_timeouts(mut self, idle: Duration, head: Duration) -> Self {
         self.timeouts = Some(Timeouts::new(idle, head));
@@ -183,7 +191,7 @@ impl<S> GuardedStream<S> {
             return r;
         };
         if r.is_ready() {
-            t.write_wait = None;
+            t.progressed();
             return r;
         }
         t.write_wait.get_or_insert_with(Instant::now);
@@ -468,7 +476,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
             }
             this.feed(filled);
             if let Some(t) = &mut this.timeouts {
-                t.read_wait = None;
+                t.progressed();
                 // A head still arriving keeps the clock it started (the first one: the
                 // connection's); any other state stops it.
                 let arriving = matches!(this.state, State::Head) && !this.pending.is_empty();
@@ -718,5 +726,39 @@ mod tests {
             .expect_err("timed out");
         assert_eq!(e.kind(), io::ErrorKind::TimedOut);
         assert_eq!(secs(started), 120);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_slow_download_is_not_idle() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut g, mut client, _slot) = timed();
+        let head = b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n";
+        client.write_all(head).await.expect("write");
+        let mut buf = [0u8; 256];
+        assert_eq!(g.read(&mut buf).await.expect("head"), head.len());
+        // As hyper does while it answers, a read is left waiting for the next request.
+        let wait = tokio::time::timeout(Duration::from_secs(1), g.read(&mut buf)).await;
+        assert!(wait.is_err());
+        // The client takes a 640 KiB answer 64 KiB at a time, every 30 s: 5 minutes, with the
+        // answer moving all along and the client sending nothing.
+        let started = Instant::now();
+        let answer = vec![b'x'; 640 << 10];
+        let slow_reader = async {
+            let mut got = 0;
+            let mut chunk = vec![0u8; 64 << 10];
+            while got < answer.len() {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                got += client.read(&mut chunk).await.expect("read");
+            }
+            got
+        };
+        let (sent, got) = tokio::time::timeout(Duration::from_secs(1000), async {
+            tokio::join!(g.write_all(&answer), slow_reader)
+        })
+        .await
+        .expect("the download never completed");
+        sent.expect("the download was cut as idle");
+        assert_eq!(got, answer.len());
+        assert!(secs(started) >= 270, "{}", secs(started));
     }
 }
