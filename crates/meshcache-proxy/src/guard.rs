@@ -15,9 +15,10 @@
 //! After a CONNECT head the guard steps aside: the rest is tunnel bytes.
 //!
 //! The guard also keeps the connection's time limits ([`GuardedStream::with_timeouts`]): a
-//! connection on which nothing moves either way for the idle timeout is ended, and a head that has
-//! not arrived whole within the head timeout (counted from the connection's start for its
-//! first request, from the head's first byte for the next ones) is answered 408. One timer per
+//! connection on which nothing moves either way for the idle timeout is ended (a write still
+//! waiting for room has moved if the socket's send queue went down: [`SendQueue`]), and a head
+//! that has not arrived whole within the head timeout (counted from the connection's start for
+//! its first request, from the head's first byte for the next ones) is answered 408. One timer per
 //! connection serves all three, and it is moved only when it fires early or a nearer deadline
 //! appears (a head arriving in pieces): a timer reset per read and per request, and hyper's
 //! own head timer, cost 3.5 % of a small hit's CPU (docs/benchmarks.md).
@@ -71,6 +72,20 @@ enum State {
     Failed,
 }
 
+/// What the idle timeout can ask a stream about its send queue.
+pub trait SendQueue {
+    /// Bytes written but not yet taken by the peer, when the stream can tell.
+    fn unsent(&self) -> Option<u32> {
+        None
+    }
+}
+
+impl SendQueue for crate::zerocopy::ZeroCopyStream {
+    fn unsent(&self) -> Option<u32> {
+        crate::zerocopy::ZeroCopyStream::unsent(self)
+    }
+}
+
 /// A client stream whose request heads are checked before hyper reads them.
 pub struct GuardedStream<S> {
     inner: S,
@@ -98,6 +113,8 @@ struct Timeouts {
     write_wait: Option<Instant>,
     /// Since when the head now arriving has been on its way, if one is.
     head_wait: Option<Instant>,
+    /// The socket's unsent bytes when the write wait began (or last went on).
+    queued: Option<u32>,
 }
 
 /// Which limit passed.
@@ -118,6 +135,7 @@ impl Timeouts {
             read_wait: None,
             write_wait: None,
             head_wait: Some(now),
+            queued: None,
         }
     }
 
@@ -142,8 +160,10 @@ impl Timeouts {
 
     /// Ready with the limit that passed; otherwise the task is woken when the nearest one may
     /// have. A later deadline than the timer's leaves it alone: when it fires early, it is moved
-    /// then.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Expired> {
+    /// then. A write still waiting when the idle limit passes has not stalled if the socket's
+    /// send queue (`unsent`) went down meanwhile: the client is reading, and the kernel has not
+    /// yet let us write more.
+    fn poll(&mut self, cx: &mut Context<'_>, unsent: impl Fn() -> Option<u32>) -> Poll<Expired> {
         loop {
             let Some((due, what)) = self.due() else {
                 return Poll::Pending;
@@ -153,7 +173,17 @@ impl Timeouts {
             }
             ready!(Future::poll(self.timer.as_mut(), cx));
             if Instant::now() >= due {
-                return Poll::Ready(what);
+                let drained = match (self.write_wait, self.queued, unsent()) {
+                    (Some(_), Some(before), Some(now)) if now < before => Some(now),
+                    _ => None,
+                };
+                let Some(queued) = drained.filter(|_| matches!(what, Expired::Idle)) else {
+                    return Poll::Ready(what);
+                };
+                self.progressed();
+                self.write_wait = Some(Instant::now());
+                self.queued = Some(queued);
+                continue;
             }
             self.timer.as_mut().reset(due);
         }
@@ -186,7 +216,10 @@ impl<S> GuardedStream<S> {
     }
 
     /// A write-side result under the idle timeout.
-    fn timed<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn timed<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>>
+    where
+        S: SendQueue,
+    {
         let Some(t) = &mut self.timeouts else {
             return r;
         };
@@ -194,8 +227,12 @@ impl<S> GuardedStream<S> {
             t.progressed();
             return r;
         }
-        t.write_wait.get_or_insert_with(Instant::now);
-        match t.poll(cx) {
+        let inner = &self.inner;
+        if t.write_wait.is_none() {
+            t.write_wait = Some(Instant::now());
+            t.queued = inner.unsent();
+        }
+        match t.poll(cx, || inner.unsent()) {
             Poll::Ready(_) => Poll::Ready(Err(io::ErrorKind::TimedOut.into())),
             Poll::Pending => Poll::Pending,
         }
@@ -417,7 +454,7 @@ impl<S> GuardedStream<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
+impl<S: AsyncRead + SendQueue + Unpin> AsyncRead for GuardedStream<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -451,7 +488,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
                     return Poll::Pending;
                 };
                 t.read_wait.get_or_insert_with(Instant::now);
-                match t.poll(cx) {
+                let inner = &this.inner;
+                match t.poll(cx, || inner.unsent()) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Expired::Head) if !this.pending.is_empty() => {
                         this.fail(
@@ -490,7 +528,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
+impl<S: AsyncWrite + SendQueue + Unpin> AsyncWrite for GuardedStream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -547,6 +585,9 @@ impl<S: AsyncWrite + Unpin> GuardedStream<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl SendQueue for tokio::io::Empty {}
+    impl SendQueue for tokio::io::DuplexStream {}
 
     fn guard() -> GuardedStream<tokio::io::Empty> {
         GuardedStream::new(
@@ -760,5 +801,75 @@ mod tests {
         sent.expect("the download was cut as idle");
         assert_eq!(got, answer.len());
         assert!(secs(started) >= 270, "{}", secs(started));
+    }
+
+    /// A client that drains its socket slowly: every write waits for room, while the send
+    /// queue goes down by one byte a second until `until` seconds, then stays put.
+    struct Draining {
+        head: Option<&'static [u8]>,
+        start: Instant,
+        until: u64,
+    }
+
+    impl AsyncRead for Draining {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            match self.head.take() {
+                Some(head) => {
+                    buf.put_slice(head);
+                    Poll::Ready(Ok(()))
+                }
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    impl AsyncWrite for Draining {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            _data: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    impl SendQueue for Draining {
+        fn unsent(&self) -> Option<u32> {
+            Some(1_000_000 - self.start.elapsed().as_secs().min(self.until) as u32)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_waits_while_the_client_drains_its_queue() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let head = b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n";
+        let draining = Draining {
+            head: Some(head),
+            start: Instant::now(),
+            until: 300,
+        };
+        let limits = HeadLimits {
+            max_bytes: 1024,
+            max_headers: 8,
+        };
+        let mut g = GuardedStream::new(draining, limits, ViolationSlot::default())
+            .with_timeouts(Duration::from_secs(120), Duration::from_secs(30));
+        assert_eq!(g.read(&mut [0u8; 256]).await.expect("head"), head.len());
+        // The queue goes down until 300 s: the checks at 120 and 240 s see it move, the one
+        // at 360 s too (it moved until 300), the one at 480 s does not.
+        let started = Instant::now();
+        let e = g.write_all(b"answer").await.expect_err("timed out");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(secs(started), 480);
     }
 }

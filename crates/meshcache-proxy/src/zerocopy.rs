@@ -277,6 +277,14 @@ pub struct ZeroCopyStream {
 }
 
 impl ZeroCopyStream {
+    /// Bytes written to the socket that the client has not acknowledged yet (`SIOCOUTQ`), or
+    /// `None` where that cannot be read. A write can wait for room long after the client began
+    /// reading again (the kernel wakes a writer only once much of a full buffer has drained);
+    /// this is how the idle timeout tells such a client from one that stopped reading.
+    pub fn unsent(&self) -> Option<u32> {
+        unsent(&self.stream)
+    }
+
     /// Wraps `stream`; without an arena it is a plain pass-through.
     pub fn new(stream: TcpStream, arena: Option<Arc<BodyArena>>) -> Self {
         ZeroCopyStream { stream, arena }
@@ -384,6 +392,42 @@ impl AsyncWrite for ZeroCopyStream {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64"
+    )
+))]
+#[allow(unsafe_code)]
+fn unsent(stream: &TcpStream) -> Option<u32> {
+    /// `SIOCOUTQ` (the same number as `TIOCOUTQ`) on these architectures.
+    const SIOCOUTQ: rustix::ioctl::Opcode = 0x5411;
+    // SAFETY: for a TCP socket, SIOCOUTQ writes one `int`: the bytes in its send queue not yet
+    // acknowledged. The getter gives the kernel room for exactly that.
+    let getter = unsafe { rustix::ioctl::Getter::<SIOCOUTQ, std::ffi::c_int>::new() };
+    // SAFETY: the descriptor is a live TCP socket and the request matches the getter's type.
+    let n = unsafe { rustix::ioctl::ioctl(stream, getter) }.ok()?;
+    u32::try_from(n).ok()
+}
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(
+        target_arch = "x86_64",
+        target_arch = "x86",
+        target_arch = "aarch64",
+        target_arch = "arm",
+        target_arch = "riscv64"
+    )
+)))]
+fn unsent(_stream: &TcpStream) -> Option<u32> {
+    None
 }
 
 #[cfg(test)]
