@@ -21,6 +21,8 @@
 #   --no-netns         do not run inside `unshare -n`
 #   --port-base N      ports N..N+4 on 127.0.0.1 (default 18080)
 #   --perf             also record `perf record -g` of meshcache's last run per size into OUT
+#   --perf-dwarf       as --perf, with DWARF call graphs (`--call-graph dwarf,8192`): callers of
+#                      functions in a release build without frame pointers; larger files
 #                      (perf slows that run down, by about a third at 1 KiB)
 #   --note TEXT        a line added to the results' header (e.g. which tree the binary is from)
 #   --quiet-budget S   on a shared machine: seconds (default 120) this run may spend in total
@@ -49,6 +51,7 @@ BUILD=1
 NETNS=1
 PORT_BASE=18080
 PERF=0
+CALLGRAPH=-g
 NOTE=""
 QUIET_BUDGET=120
 
@@ -69,6 +72,7 @@ while [ $# -gt 0 ]; do
     --no-netns) NETNS=0; shift ;;
     --port-base) PORT_BASE=$2; shift 2 ;;
     --perf) PERF=1; shift ;;
+    --perf-dwarf) PERF=1; CALLGRAPH="--call-graph dwarf,8192"; shift ;;
     --note) NOTE=$2; shift 2 ;;
     --quiet-budget) QUIET_BUDGET=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -275,7 +279,8 @@ run_one() { # size round target url phase
   out="$WORK/wrk-$size-$round-$target.txt"
   local perf_pid=""
   if [ "$PERF" = 1 ] && [ "$target" = meshcache ] && [ "$phase" = measure ] && [ "$round" = "$ROUNDS" ]; then
-    perf record -F 999 -g -p "$pid" -o "$OUT/perf-meshcache-$size.data" -- sleep "$DURATION" >/dev/null 2>&1 &
+    # shellcheck disable=SC2086 # CALLGRAPH is two words or one
+    perf record -F 999 $CALLGRAPH -p "$pid" -o "$OUT/perf-meshcache-$size.data" -- sleep "$DURATION" >/dev/null 2>&1 &
     perf_pid=$!
   fi
   local srv0 srv1 st0 st1 w0 w1 t0 t1

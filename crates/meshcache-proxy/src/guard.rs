@@ -173,11 +173,11 @@ impl Timeouts {
             }
             ready!(Future::poll(self.timer.as_mut(), cx));
             if Instant::now() >= due {
-                let drained = match (self.write_wait, self.queued, unsent()) {
-                    (Some(_), Some(before), Some(now)) if now < before => Some(now),
+                let drained = match (&what, self.write_wait, self.queued) {
+                    (Expired::Idle, Some(_), Some(before)) => unsent().filter(|&q| q < before),
                     _ => None,
                 };
-                let Some(queued) = drained.filter(|_| matches!(what, Expired::Idle)) else {
+                let Some(queued) = drained else {
                     return Poll::Ready(what);
                 };
                 self.progressed();

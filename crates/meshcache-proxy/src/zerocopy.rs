@@ -394,19 +394,23 @@ impl AsyncWrite for ZeroCopyStream {
     }
 }
 
-#[cfg(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64"
-    )
-))]
+/// See [`ZeroCopyStream::unsent`]. `SIOCOUTQ` is 0x5411 (as `TIOCOUTQ`) on these
+/// architectures; elsewhere the queue is not read.
 #[allow(unsafe_code)]
 fn unsent(stream: &TcpStream) -> Option<u32> {
-    /// `SIOCOUTQ` (the same number as `TIOCOUTQ`) on these architectures.
+    let known = cfg!(all(
+        target_os = "linux",
+        any(
+            target_arch = "x86_64",
+            target_arch = "x86",
+            target_arch = "aarch64",
+            target_arch = "arm",
+            target_arch = "riscv64"
+        )
+    ));
+    if !known {
+        return None;
+    }
     const SIOCOUTQ: rustix::ioctl::Opcode = 0x5411;
     // SAFETY: for a TCP socket, SIOCOUTQ writes one `int`: the bytes in its send queue not yet
     // acknowledged. The getter gives the kernel room for exactly that.
@@ -414,20 +418,6 @@ fn unsent(stream: &TcpStream) -> Option<u32> {
     // SAFETY: the descriptor is a live TCP socket and the request matches the getter's type.
     let n = unsafe { rustix::ioctl::ioctl(stream, getter) }.ok()?;
     u32::try_from(n).ok()
-}
-
-#[cfg(not(all(
-    target_os = "linux",
-    any(
-        target_arch = "x86_64",
-        target_arch = "x86",
-        target_arch = "aarch64",
-        target_arch = "arm",
-        target_arch = "riscv64"
-    )
-)))]
-fn unsent(_stream: &TcpStream) -> Option<u32> {
-    None
 }
 
 #[cfg(test)]
