@@ -86,7 +86,8 @@ pub struct HttpConfig {
     /// How long a client may take to send a request head.
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: Duration,
-    /// How long a client connection may stay silent (between requests, or mid-body).
+    /// How long a client connection (or a CONNECT tunnel) may go with nothing moving either way:
+    /// between requests, mid-body, or a download the client stopped reading.
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
     /// On shutdown, how long in-flight requests may take to finish.
@@ -149,7 +150,9 @@ pub struct UpstreamConfig {
     /// How long a TCP connect may take.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
-    /// How long an upstream may stay silent: before the response head and between body bytes.
+    /// How long an upstream connection may go with nothing moving either way: silent before the
+    /// response head or between body bytes, or not taking the request. Waits for the client's
+    /// own request body do not count, nor time in the pool (`idle_timeout` governs that).
     #[serde(with = "humantime_serde")]
     pub read_timeout: Duration,
     /// How long an idle pooled connection is kept.

@@ -508,7 +508,7 @@ pub(crate) async fn forward(
     for (i, hop) in route.hops.iter().enumerate() {
         let last = i + 1 == hops || body.is_some();
         let up_body: UpBody = match body.take() {
-            Some(b) => http_body_util::Either::Left(b),
+            Some(b) => UpBody::client(b),
             None => crate::upstream::no_body(),
         };
         match *hop {

@@ -15,15 +15,14 @@
 //! After a CONNECT head the guard steps aside: the rest is tunnel bytes.
 //!
 //! The guard also keeps the connection's time limits ([`GuardedStream::with_timeouts`]): a
-//! connection on which nothing moves either way for the idle timeout is ended (a write still
-//! waiting for room has moved if the socket's send queue went down: [`SendQueue`]), and a head
-//! that has not arrived whole within the head timeout (counted from the connection's start for
-//! its first request, from the head's first byte for the next ones) is answered 408. One timer per
-//! connection serves all three, and it is moved only when it fires early or a nearer deadline
-//! appears (a head arriving in pieces): a timer reset per read and per request, and hyper's
-//! own head timer, cost 3.5 % of a small hit's CPU (docs/benchmarks.md).
+//! connection on which nothing moves either way for the idle timeout is ended (see
+//! [`crate::idle`]), and a head that has not arrived whole within the head timeout (counted from
+//! the connection's start for its first request, from the head's first byte for the next ones)
+//! is answered 408. One timer per connection serves both, and it is moved only when it fires
+//! early or a nearer deadline appears (a head arriving in pieces): a timer reset per read and
+//! per request, and hyper's own head timer, cost 3.5 % of a small hit's CPU
+//! (docs/benchmarks.md).
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,7 +30,10 @@ use std::task::{ready, Context, Poll};
 
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Duration, Instant, Sleep};
+use tokio::time::{Duration, Instant};
+
+pub use crate::idle::SendQueue;
+use crate::idle::{Expired, Timeouts};
 
 /// The end of a request head (a searcher built once: a byte-by-byte comparison of every
 /// window was 1 % of a small hit's CPU).
@@ -72,20 +74,6 @@ enum State {
     Failed,
 }
 
-/// What the idle timeout can ask a stream about its send queue.
-pub trait SendQueue {
-    /// Bytes written but not yet taken by the peer, when the stream can tell.
-    fn unsent(&self) -> Option<u32> {
-        None
-    }
-}
-
-impl SendQueue for crate::zerocopy::ZeroCopyStream {
-    fn unsent(&self) -> Option<u32> {
-        crate::zerocopy::ZeroCopyStream::unsent(self)
-    }
-}
-
 /// A client stream whose request heads are checked before hyper reads them.
 pub struct GuardedStream<S> {
     inner: S,
@@ -100,94 +88,6 @@ pub struct GuardedStream<S> {
     /// The error response still to write before shutdown.
     answer: Option<(Vec<u8>, usize)>,
     timeouts: Option<Timeouts>,
-}
-
-/// A connection's time limits, kept with one timer; see the [module documentation](self).
-struct Timeouts {
-    idle: Duration,
-    head: Duration,
-    timer: Pin<Box<Sleep>>,
-    /// Since when a read has waited for bytes, if one is waiting.
-    read_wait: Option<Instant>,
-    /// Since when a write has waited for room, if one is waiting.
-    write_wait: Option<Instant>,
-    /// Since when the head now arriving has been on its way, if one is.
-    head_wait: Option<Instant>,
-    /// The socket's unsent bytes when the write wait began (or last went on).
-    queued: Option<u32>,
-}
-
-/// Which limit passed.
-enum Expired {
-    /// A read or a write waited too long, or the first head never began.
-    Idle,
-    /// A head began but did not arrive whole in time.
-    Head,
-}
-
-impl Timeouts {
-    fn new(idle: Duration, head: Duration) -> Self {
-        let now = Instant::now();
-        Timeouts {
-            idle,
-            head,
-            timer: Box::pin(tokio::time::sleep_until(now + head.min(idle))),
-            read_wait: None,
-            write_wait: None,
-            head_wait: Some(now),
-            queued: None,
-        }
-    }
-
-    /// Bytes moved, one way or the other: every wait starts again. (A connection is idle only
-    /// when neither side moves: hyper keeps a read pending while it sends a response, and a
-    /// long download must not end because the client said nothing meanwhile.)
-    fn progressed(&mut self) {
-        self.read_wait = None;
-        self.write_wait = None;
-    }
-
-    /// The nearest deadline in force, and what it limits.
-    fn due(&self) -> Option<(Instant, Expired)> {
-        let waits = [self.read_wait, self.write_wait].into_iter().flatten();
-        let idle = waits.min().map(|t| (t + self.idle, Expired::Idle));
-        let head = self.head_wait.map(|t| (t + self.head, Expired::Head));
-        match (idle, head) {
-            (Some(i), Some(h)) => Some(if h.0 < i.0 { h } else { i }),
-            (i, h) => i.or(h),
-        }
-    }
-
-    /// Ready with the limit that passed; otherwise the task is woken when the nearest one may
-    /// have. A later deadline than the timer's leaves it alone: when it fires early, it is moved
-    /// then. A write still waiting when the idle limit passes has not stalled if the socket's
-    /// send queue (`unsent`) went down meanwhile: the client is reading, and the kernel has not
-    /// yet let us write more.
-    fn poll(&mut self, cx: &mut Context<'_>, unsent: impl Fn() -> Option<u32>) -> Poll<Expired> {
-        loop {
-            let Some((due, what)) = self.due() else {
-                return Poll::Pending;
-            };
-            if due < self.timer.deadline() {
-                self.timer.as_mut().reset(due);
-            }
-            ready!(Future::poll(self.timer.as_mut(), cx));
-            if Instant::now() >= due {
-                let drained = match (&what, self.write_wait, self.queued) {
-                    (Expired::Idle, Some(_), Some(before)) => unsent().filter(|&q| q < before),
-                    _ => None,
-                };
-                let Some(queued) = drained else {
-                    return Poll::Ready(what);
-                };
-                self.progressed();
-                self.write_wait = Some(Instant::now());
-                self.queued = Some(queued);
-                continue;
-            }
-            self.timer.as_mut().reset(due);
-        }
-    }
 }
 
 const MAX_LINE: usize = 4096;
@@ -215,27 +115,28 @@ impl<S> GuardedStream<S> {
         self
     }
 
-    /// A write-side result under the idle timeout.
-    fn timed<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>>
+    /// A write's result under the idle timeout.
+    fn wrote(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<usize>>) -> Poll<io::Result<usize>>
     where
         S: SendQueue,
     {
         let Some(t) = &mut self.timeouts else {
             return r;
         };
-        if r.is_ready() {
-            t.progressed();
-            return r;
-        }
         let inner = &self.inner;
-        if t.write_wait.is_none() {
-            t.write_wait = Some(Instant::now());
-            t.queued = inner.unsent();
-        }
-        match t.poll(cx, || inner.unsent()) {
-            Poll::Ready(_) => Poll::Ready(Err(io::ErrorKind::TimedOut.into())),
-            Poll::Pending => Poll::Pending,
-        }
+        t.wrote(cx, r, || inner.unsent())
+    }
+
+    /// A flush's or shutdown's result under the idle timeout.
+    fn flushed(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<()>>) -> Poll<io::Result<()>>
+    where
+        S: SendQueue,
+    {
+        let Some(t) = &mut self.timeouts else {
+            return r;
+        };
+        let inner = &self.inner;
+        t.flushed(cx, r, || inner.unsent())
     }
 
     fn fail(&mut self, status: u16, reason: impl Into<String>) {
@@ -535,7 +436,7 @@ impl<S: AsyncWrite + SendQueue + Unpin> AsyncWrite for GuardedStream<S> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write(cx, data);
-        self.timed(cx, r)
+        self.wrote(cx, r)
     }
 
     fn poll_write_vectored(
@@ -544,7 +445,7 @@ impl<S: AsyncWrite + SendQueue + Unpin> AsyncWrite for GuardedStream<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.timed(cx, r)
+        self.wrote(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -553,12 +454,12 @@ impl<S: AsyncWrite + SendQueue + Unpin> AsyncWrite for GuardedStream<S> {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let r = Pin::new(&mut self.inner).poll_flush(cx);
-        self.timed(cx, r)
+        self.flushed(cx, r)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let r = self.answer_and_shut(cx);
-        self.timed(cx, r)
+        self.flushed(cx, r)
     }
 }
 
@@ -587,7 +488,6 @@ mod tests {
     use super::*;
 
     impl SendQueue for tokio::io::Empty {}
-    impl SendQueue for tokio::io::DuplexStream {}
 
     fn guard() -> GuardedStream<tokio::io::Empty> {
         GuardedStream::new(

@@ -32,6 +32,7 @@ pub mod efficiency;
 pub mod error;
 pub mod guard;
 pub mod headers;
+pub mod idle;
 pub mod metrics;
 pub mod multicast;
 pub mod outcome;

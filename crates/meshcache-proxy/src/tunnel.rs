@@ -1,14 +1,15 @@
 //! CONNECT tunnels: only to the configured ports, bytes copied both ways until either side
-//! closes or goes silent; logged as TCP_TUNNEL when the tunnel ends.
+//! closes or nothing has moved either way for `http.idle_timeout`; logged as TCP_TUNNEL when
+//! the tunnel ends.
 
 use std::sync::Arc;
 
 use http::{request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio_io_timeout::TimeoutStream;
 
 use crate::body::{ProxyBody, Transaction};
 use crate::error::UpstreamError;
+use crate::idle::IdleStream;
 use crate::outcome::{HierCode, ResultCode};
 use crate::service::refuse;
 use crate::Shared;
@@ -80,9 +81,8 @@ pub(crate) async fn connect(
         match hyper::upgrade::on(req).await {
             Ok(upgraded) => {
                 let mut client = TokioIo::new(upgraded);
-                let mut upstream = TimeoutStream::new(upstream);
-                upstream.set_read_timeout(Some(idle));
-                let mut upstream = Box::pin(upstream);
+                // Idle only when neither way moves: the client's side is kept so by its guard.
+                let mut upstream = IdleStream::new(upstream, idle);
                 if let Ok((a, b)) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await
                 {
                     bytes = a + b;

@@ -18,34 +18,103 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
-use http_body_util::{Either, Empty};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::{TcpSocket, TcpStream};
-use tokio_io_timeout::TimeoutStream;
 
 use crate::config::{DnsConfig, UpstreamConfig};
 use crate::efficiency::{self, ConnCategory, Source, Timed};
 use crate::error::UpstreamError;
+use crate::idle::{IdleStream, Quiet};
 use crate::metrics::Metrics;
 use crate::sockopt::{self, Side};
 
 /// Body of a request sent upstream: the client's, streamed, or none.
-pub type UpBody = Either<Incoming, Empty<Bytes>>;
+///
+/// While the client's body waits for the client, the connection carrying it tells its idle
+/// limit so (a slow upload is not a silent upstream; the client has its own idle limit).
+#[derive(Debug)]
+pub struct UpBody {
+    body: Option<Incoming>,
+    quiet: Option<Arc<Quiet>>,
+}
 
 /// An empty upstream request body.
 pub fn no_body() -> UpBody {
-    Either::Right(Empty::new())
+    UpBody {
+        body: None,
+        quiet: None,
+    }
+}
+
+impl UpBody {
+    /// The client's request body, relayed as it arrives.
+    pub fn client(body: Incoming) -> Self {
+        UpBody {
+            body: Some(body),
+            quiet: None,
+        }
+    }
+
+    /// Reports its waits for the client to the connection that sends it.
+    fn carried_by(&mut self, conn: &Conn) {
+        if self.body.is_some() {
+            self.quiet = Some(conn.quiet.clone());
+        }
+    }
+}
+
+impl Body for UpBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let Some(body) = &mut this.body else {
+            return Poll::Ready(None);
+        };
+        let r = Pin::new(body).poll_frame(cx);
+        if let Some(quiet) = &this.quiet {
+            quiet.awaiting_body(r.is_pending());
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(Incoming::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+    }
+}
+
+impl Drop for UpBody {
+    fn drop(&mut self) {
+        if let Some(quiet) = &self.quiet {
+            quiet.awaiting_body(false);
+        }
+    }
 }
 
 /// One open connection: the request handle and the address it reached.
 struct Conn {
     sender: SendRequest<UpBody>,
     peer: IpAddr,
+    /// What excuses the connection's silence (see [`crate::idle`]).
+    quiet: Arc<Quiet>,
     /// Whose work the connection's task is doing: that of the request that last used it.
     category: Arc<ConnCategory>,
 }
@@ -55,6 +124,7 @@ impl Conn {
     /// overhead, for work outside a timed poll such as a background refresh).
     fn lend(&self) {
         self.category.set_or_clear(efficiency::current());
+        self.quiet.pooled(false);
     }
 }
 
@@ -102,6 +172,8 @@ impl Lease {
         let mut idle = self.pool.idle.lock();
         let list = idle.entry(self.key.clone()).or_default();
         if list.len() < self.pool.config.max_idle_per_host {
+            // Silent in the pool until `upstream.idle_timeout`, not `read_timeout`.
+            conn.quiet.pooled(true);
             list.push(Idle {
                 conn,
                 since: Instant::now(),
@@ -202,6 +274,7 @@ impl Upstream {
         };
         if let Some(mut conn) = pooled {
             conn.lend();
+            req.body_mut().carried_by(&conn);
             match conn.sender.try_send_request(req).await {
                 Ok(resp) => {
                     self.inner
@@ -221,6 +294,7 @@ impl Upstream {
         }
         let mut conn = self.connect(host, port).await.map_err(|e| self.failed(e))?;
         conn.lend();
+        req.body_mut().carried_by(&conn);
         match conn.sender.send_request(req).await {
             Ok(resp) => Ok((resp, self.lease(conn, key))),
             Err(e) => Err(self.failed(UpstreamError::from_hyper(host, e))),
@@ -308,11 +382,10 @@ impl Upstream {
             .peer_addr()
             .map(|a| a.ip())
             .unwrap_or(IpAddr::from([0, 0, 0, 0]));
-        let mut stream = TimeoutStream::new(stream);
-        stream.set_read_timeout(Some(cfg.read_timeout));
-        stream.set_write_timeout(Some(cfg.read_timeout));
+        let quiet = Arc::new(Quiet::default());
+        let stream = IdleStream::with_quiet(stream, cfg.read_timeout, quiet.clone());
         let (sender, conn) = http1::Builder::new()
-            .handshake(TokioIo::new(Box::pin(stream)))
+            .handshake(TokioIo::new(stream))
             .await
             .map_err(|e| UpstreamError::from_hyper(host, e))?;
         let category = Arc::new(ConnCategory::unattributed());
@@ -328,6 +401,7 @@ impl Upstream {
         Ok(Conn {
             sender,
             peer,
+            quiet,
             category,
         })
     }

@@ -397,7 +397,7 @@ impl AsyncWrite for ZeroCopyStream {
 /// See [`ZeroCopyStream::unsent`]. `SIOCOUTQ` is 0x5411 (as `TIOCOUTQ`) on these
 /// architectures; elsewhere the queue is not read.
 #[allow(unsafe_code)]
-fn unsent(stream: &TcpStream) -> Option<u32> {
+pub(crate) fn unsent(stream: &TcpStream) -> Option<u32> {
     let known = cfg!(all(
         target_os = "linux",
         any(

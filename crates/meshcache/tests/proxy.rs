@@ -1049,3 +1049,180 @@ async fn large_responses_reach_the_client_while_the_origin_still_sends() {
     }
     proxy.stop().await;
 }
+
+/// A request body that keeps arriving, slowly, for longer than `upstream.read_timeout` is sent
+/// whole: the wait for the origin's answer counts from the last byte the proxy sent it, not
+/// from the first. 24 pieces of 8 KiB, one every 100 ms (2.4 s), against a 600 ms timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_outlasting_the_upstream_read_timeout_is_not_cut() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PIECES: usize = 24;
+    const PIECE: usize = 8 << 10;
+    let body = noise(PIECES * PIECE, 3);
+    let mut want = Fnv::new();
+    want.update(&body);
+    let proxy = node(|c| c.upstream.read_timeout = Duration::from_millis(600)).await;
+    let origin = StreamOrigin::start(bytes::Bytes::new()).await;
+    let a = origin.addr();
+    let mut s = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST http://{a}/upload HTTP/1.1\r\nHost: {a}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.expect("head");
+    for piece in body.chunks(PIECE) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if s.write_all(piece).await.is_err() {
+            break;
+        }
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out))
+        .await
+        .expect("response in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(
+        text.contains(&format!("x-received-fnv: {:016x}\r\n", want.0)),
+        "{text}"
+    );
+    proxy.stop().await;
+}
+
+/// A tunnel that carries bytes one way only, for longer than `http.idle_timeout`, stays open:
+/// the quiet direction is not idle while the other one moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_way_tunnel_outlasting_the_idle_timeout_is_not_cut() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PIECES: usize = 24;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    // The far end reads until the client says it is done, then answers with the count.
+    let sink = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut n = 0u64;
+        let mut buf = [0u8; 4096];
+        loop {
+            let k = s.read(&mut buf).await.expect("read");
+            if k == 0 {
+                break;
+            }
+            n += k as u64;
+            if buf[..k].ends_with(b"end\n") {
+                break;
+            }
+        }
+        s.write_all(format!("got {n}\n").as_bytes()).await.expect("answer");
+    });
+    let proxy = node(|c| {
+        c.http.connect_ports = vec![port];
+        c.http.idle_timeout = Duration::from_millis(600);
+    })
+    .await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    s.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes())
+        .await
+        .expect("connect request");
+    let mut head = [0u8; 19];
+    s.read_exact(&mut head).await.expect("connect answer");
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&head));
+    let mut rest = Vec::new();
+    while !rest.ends_with(b"\r\n\r\n") && !head.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.expect("head");
+        rest.push(b[0]);
+    }
+    for _ in 0..PIECES {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.write_all(b"0123456789").await.expect("piece");
+    }
+    s.write_all(b"end\n").await.expect("end");
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out)).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        format!("got {}\n", PIECES * 10 + 4)
+    );
+    sink.await.expect("sink");
+    proxy.stop().await;
+}
+
+/// A kept-alive client connection that goes silent after its request is closed once
+/// `http.idle_timeout` passes, and a pooled upstream connection outlives
+/// `upstream.read_timeout` (the pool's own `upstream.idle_timeout` governs it there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_end_by_their_own_limits() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|c| {
+        c.http.idle_timeout = Duration::from_millis(700);
+        c.upstream.read_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let mut s = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let url = origin.url("/idle?size=5");
+    s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("request");
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out)).await;
+    let held = started.elapsed();
+    assert!(read.is_ok(), "the connection stayed open past {STREAM_WAIT:?}");
+    assert!(String::from_utf8_lossy(&out).ends_with("abcde"));
+    assert!(
+        held >= Duration::from_millis(600) && held < Duration::from_secs(5),
+        "closed after {held:?}, the idle timeout being 700 ms"
+    );
+    // The upstream connection waited in the pool for more than its read timeout, and is reused.
+    let r = get(proxy.addr, &origin.url("/idle2?size=5")).await;
+    assert_eq!(r.status, 200);
+    let stats = proxy.stats().await;
+    assert_eq!(stats["upstream_connections_opened"], 1, "{stats}");
+    assert_eq!(stats["upstream_connections_reused"], 1, "{stats}");
+    proxy.stop().await;
+}
+
+/// A client that takes a large answer slowly, for longer than `upstream.read_timeout`, gets
+/// all of it: the origin waiting for the proxy to read on is not a silent origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_download_outlasting_the_upstream_read_timeout_is_not_cut() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const LEN: usize = 8 << 20;
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|c| c.upstream.read_timeout = Duration::from_millis(300)).await;
+    let url = origin.url(&format!("/big?size={LEN}&cc=no-store"));
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(64 << 10).expect("rcvbuf");
+    let mut s = socket.connect(proxy.addr).await.expect("connect");
+    s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("request");
+    let started = Instant::now();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 256 << 10];
+    while started.elapsed() < STREAM_WAIT {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let n = s.read(&mut buf).await.expect("read");
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert!(
+        started.elapsed() > Duration::from_millis(900),
+        "the download took only {:?}: too fast to test the limit",
+        started.elapsed()
+    );
+    assert!(got > LEN, "got {got} bytes of a {LEN}-byte body and its head");
+    proxy.stop().await;
+}
