@@ -360,8 +360,9 @@ pub struct CooperationConfig {
     /// We answer ICP_HIT only for objects fresh for at least this long (Squid: 30 s).
     #[serde(with = "humantime_serde")]
     pub icp_hit_min_fresh: Duration,
-    /// A peer that sends no response head within this time is stalled: the request goes to
-    /// the next candidate and the peer is skipped until it recovers.
+    /// A peer that sends no response head within this time, counted from the request's last
+    /// byte, is stalled: the request goes to the next candidate and the peer is skipped until
+    /// it recovers.
     #[serde(with = "humantime_serde")]
     pub peer_response_timeout: Duration,
     /// Send ICP queries to a lone parent (no siblings, one parent) before every miss, although

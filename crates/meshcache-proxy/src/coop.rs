@@ -5,7 +5,7 @@
 //! adaptive deadline) and returns the ordered hops. `forward` then tries the hops in order:
 //! a sibling is asked with `only-if-cached` (its 504 means "gone since", and the next hop is
 //! tried), and a peer that refuses the connection or sends no response head within
-//! `cooperation.peer_response_timeout` is marked down and skipped, so a dead or stalled parent
+//! `cooperation.peer_response_timeout` of the request's last byte is marked down and skipped, so a dead or stalled parent
 //! costs at most that bound and never the request. `run_icp` is the UDP side: it
 //! answers peers' queries from the store and feeds replies to the search.
 //!
@@ -507,9 +507,12 @@ pub(crate) async fn forward(
     let hops = route.hops.len();
     for (i, hop) in route.hops.iter().enumerate() {
         let last = i + 1 == hops || body.is_some();
-        let up_body: UpBody = match body.take() {
-            Some(b) => UpBody::client(b),
-            None => crate::upstream::no_body(),
+        let (up_body, body_sent) = match body.take() {
+            Some(b) => {
+                let (up, sent) = UpBody::client_watched(b);
+                (up, Some(sent))
+            }
+            None => (crate::upstream::no_body(), None),
         };
         match *hop {
             Hop::Direct => {
@@ -550,11 +553,18 @@ pub(crate) async fn forward(
                 );
                 let host = spec.http.ip().to_string();
                 shared.coop.mesh.lock().fetch_started(peer);
-                let sent = tokio::time::timeout(
-                    shared.config.cooperation.peer_response_timeout,
-                    shared.upstream.send(&host, spec.http.port(), req),
-                )
-                .await;
+                // The peer has `peer_response_timeout` to answer once it has the whole request:
+                // an upload that takes longer is the client's time, not a stalled peer.
+                let stalled = async {
+                    if let Some(sent) = body_sent {
+                        let _ = sent.await;
+                    }
+                    tokio::time::sleep(shared.config.cooperation.peer_response_timeout).await;
+                };
+                let sent = tokio::select! {
+                    sent = shared.upstream.send(&host, spec.http.port(), req) => Ok(sent),
+                    () = stalled => Err(()),
+                };
                 match sent {
                     Ok(Ok((response, lease))) => {
                         shared.coop.fetch_result(peer, true);

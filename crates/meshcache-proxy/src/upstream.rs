@@ -44,6 +44,8 @@ use crate::sockopt::{self, Side};
 pub struct UpBody {
     body: Option<Incoming>,
     quiet: Option<Arc<Quiet>>,
+    /// Dropped once the body has ended (or the body is dropped): see [`UpBody::client_watched`].
+    sent: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// An empty upstream request body.
@@ -51,6 +53,7 @@ pub fn no_body() -> UpBody {
     UpBody {
         body: None,
         quiet: None,
+        sent: None,
     }
 }
 
@@ -60,7 +63,18 @@ impl UpBody {
         UpBody {
             body: Some(body),
             quiet: None,
+            sent: None,
         }
+    }
+
+    /// As [`UpBody::client`], with a receiver that completes (with an error: nothing is sent
+    /// on it) once the body has all been handed to the connection, or was given up. A wait for
+    /// the answer should count from then: before it, a slow client is the one to blame.
+    pub fn client_watched(body: Incoming) -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut up = UpBody::client(body);
+        up.sent = Some(tx);
+        (up, rx)
     }
 
     /// Reports its waits for the client to the connection that sends it.
@@ -86,6 +100,9 @@ impl Body for UpBody {
         let r = Pin::new(body).poll_frame(cx);
         if let Some(quiet) = &this.quiet {
             quiet.awaiting_body(r.is_pending());
+        }
+        if matches!(r, Poll::Ready(None | Some(Err(_)))) {
+            this.sent = None;
         }
         r
     }

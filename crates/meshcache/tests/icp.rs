@@ -275,3 +275,54 @@ async fn mutual_parents_do_not_loop() {
     a.stop().await;
     b.stop().await;
 }
+
+/// An upload through a parent that takes longer than `peer_response_timeout` is not a stalled
+/// parent: the wait for the parent's answer counts from the request's last byte. 12 pieces,
+/// one every 100 ms, against a 300 ms limit; the parent stays up and the origin gets it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_upload_through_a_parent_is_not_a_stalled_parent() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const PIECES: usize = 12;
+    let origin = Origin::start().await.expect("origin");
+    let p = bind(true, |c| c.name = "parent".into());
+    let (p_http, p_icp) = (p.addr, p.icp);
+    let p = start(p, |_| {});
+    let child = bind(true, |c| {
+        c.name = "child".into();
+        c.cooperation.peer_response_timeout = Duration::from_millis(300);
+    });
+    let child = start(child, |c| {
+        c.peers = vec![peer("parent", Role::Parent, p_http, p_icp)]
+    });
+    let a = origin.addr();
+    let mut s = tokio::net::TcpStream::connect(child.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "PUT http://{a}/up HTTP/1.1\r\nHost: {a}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        PIECES * 1000
+    );
+    s.write_all(head.as_bytes()).await.expect("head");
+    for _ in 0..PIECES {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        s.write_all(&[b'u'; 1000]).await.expect("piece");
+    }
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut out))
+        .await
+        .expect("answer in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(
+        text.contains(&format!("x-request-body-bytes: {}", PIECES * 1000)),
+        "{text}"
+    );
+    let hier = hier(&child, 1).await;
+    assert!(hier.contains("PARENT/"), "{hier}");
+    let s = stats(&child).await;
+    assert_eq!(s["peers"][0]["up"], true, "{s}");
+    assert_eq!(s["peers"][0]["stats"]["fetch_failures"], 0, "{s}");
+    child.stop().await;
+    p.stop().await;
+}
