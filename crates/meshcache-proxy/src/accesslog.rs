@@ -9,12 +9,17 @@
 //! (Squid's `%ts.%03tu %6tr %>a %Ss/%03>Hs %<st %rm %ru %[un %Sh/%<a %mt`).
 //! Lines go to a buffered writer that is flushed every second and on shutdown, so logging
 //! costs no system call per request.
+//!
+//! Rotation works as Squid's `squid -k rotate` (both are SIGUSR1): [`AccessLog::rotate`]
+//! writes out what is buffered, shifts `access.log.0` … to make room when `log.rotate` keeps
+//! old files, and opens the path anew. With `log.rotate = 0` it only reopens, for logrotate
+//! or any tool that has already moved the file away.
 
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
@@ -132,19 +137,56 @@ fn push_field(out: &mut String, field: &str) {
 pub struct AccessLog {
     out: Mutex<(BufWriter<File>, String)>,
     write_through: bool,
+    path: PathBuf,
+    /// Old files kept by [`AccessLog::rotate`] (`path.0` the newest).
+    keep: u32,
+}
+
+fn open_append(path: &Path) -> std::io::Result<BufWriter<File>> {
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    Ok(BufWriter::with_capacity(64 * 1024, file))
 }
 
 impl AccessLog {
-    /// Opens (appending) the log file; `write_through` writes each line at once.
+    /// Opens (appending) the log file; `write_through` writes each line at once. Rotation
+    /// keeps no old file; see [`AccessLog::keeping`].
     pub fn open(path: &Path, write_through: bool) -> std::io::Result<AccessLog> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(AccessLog {
-            out: Mutex::new((
-                BufWriter::with_capacity(64 * 1024, file),
-                String::with_capacity(256),
-            )),
+            out: Mutex::new((open_append(path)?, String::with_capacity(256))),
             write_through,
+            path: path.to_owned(),
+            keep: 0,
         })
+    }
+
+    /// Rotation keeps `keep` old files, `path.0` (the newest) to `path.{keep-1}`.
+    pub fn keeping(mut self, keep: u32) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// Writes out what is buffered, moves the old files along (when some are kept) and goes on
+    /// in a file newly opened at the path. Where that fails, the log goes on where it was and
+    /// the error is returned (nothing is lost either way).
+    pub fn rotate(&self) -> std::io::Result<()> {
+        let mut guard = self.out.lock();
+        guard.0.flush()?;
+        if self.keep > 0 {
+            let numbered = |i: u32| {
+                let mut name = self.path.clone().into_os_string();
+                name.push(format!(".{i}"));
+                PathBuf::from(name)
+            };
+            for i in (0..self.keep - 1).rev() {
+                match std::fs::rename(numbered(i), numbered(i + 1)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+            std::fs::rename(&self.path, numbered(0))?;
+        }
+        guard.0 = open_append(&self.path)?;
+        Ok(())
     }
 
     /// Logs one record. A write error is reported once per call through tracing and never
@@ -182,6 +224,56 @@ impl Drop for AccessLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(url: &str) -> AccessRecord<'_> {
+        AccessRecord {
+            start: SystemTime::UNIX_EPOCH + Duration::from_secs(1_763_793_801),
+            elapsed: Duration::from_millis(1),
+            client: IpAddr::from([127, 0, 0, 1]),
+            result: ResultCode::TcpMiss,
+            status: 200,
+            bytes: 10,
+            method: "GET",
+            url,
+            hierarchy: HierCode::Direct,
+            timed_out: false,
+            peer: None,
+            content_type: None,
+        }
+    }
+
+    #[test]
+    fn rotation_keeps_the_configured_number_of_old_files() {
+        let dir = std::env::temp_dir().join(format!("meshcache-rotate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("access.log");
+        let log = AccessLog::open(&path, false).expect("open").keeping(2);
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        for url in ["http://a/1", "http://a/2", "http://a/3", "http://a/4"] {
+            log.log(&record(url));
+            log.rotate().expect("rotate");
+        }
+        log.log(&record("http://a/5"));
+        log.flush();
+        assert!(read("access.log").contains("http://a/5"));
+        assert!(read("access.log.0").contains("http://a/4"));
+        assert!(read("access.log.1").contains("http://a/3"));
+        assert!(
+            !dir.join("access.log.2").exists(),
+            "only two old files are kept"
+        );
+        // Reopening only: a file moved away by another tool is left where it was put.
+        let only = AccessLog::open(&path, false).expect("open");
+        only.log(&record("http://b/1"));
+        std::fs::rename(&path, dir.join("moved")).expect("move");
+        only.rotate().expect("reopen");
+        only.log(&record("http://b/2"));
+        only.flush();
+        assert!(read("moved").contains("http://b/1"));
+        assert!(read("access.log").contains("http://b/2") && !read("access.log").contains("b/1"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn squid_native_format() {

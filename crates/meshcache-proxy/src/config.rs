@@ -263,6 +263,9 @@ pub struct LogConfig {
     /// How often buffered log lines are written out; `0s` writes every line at once.
     #[serde(with = "humantime_serde")]
     pub flush_interval: Duration,
+    /// Old access logs kept when the log is rotated (SIGUSR1, as `squid -k rotate`): Squid's
+    /// `logfile_rotate`. 0 only reopens the file, for logrotate and the like.
+    pub rotate: u32,
 }
 
 impl Default for LogConfig {
@@ -270,6 +273,7 @@ impl Default for LogConfig {
         Self {
             access: Some(PathBuf::from("access.log")),
             flush_interval: Duration::from_secs(1),
+            rotate: 0,
         }
     }
 }

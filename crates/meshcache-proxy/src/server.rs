@@ -117,12 +117,12 @@ impl Proxy {
         config.validate()?;
         let log = match &config.log.access {
             Some(path) => Some(
-                AccessLog::open(path, config.log.flush_interval.is_zero()).map_err(|source| {
-                    ProxyError::AccessLog {
+                AccessLog::open(path, config.log.flush_interval.is_zero())
+                    .map_err(|source| ProxyError::AccessLog {
                         path: path.clone(),
                         source,
-                    }
-                })?,
+                    })?
+                    .keeping(config.log.rotate),
             ),
             None => None,
         };
@@ -188,6 +188,20 @@ impl Proxy {
     /// The config in force.
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// Rotates the access log (see [`AccessLog::rotate`]); a failure is logged, and the log
+    /// goes on where it was.
+    pub fn rotate_logs(&self) {
+        let Some(log) = &self.shared.log else {
+            return;
+        };
+        match log.rotate() {
+            Ok(()) => tracing::info!(keep = self.shared.config.log.rotate, "access log rotated"),
+            Err(e) => {
+                tracing::warn!(error = %e, "access log rotation failed; still writing to the old file")
+            }
+        }
     }
 
     /// Serves until `shutdown` resolves, then drains connections within the grace period.

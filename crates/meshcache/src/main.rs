@@ -299,9 +299,33 @@ fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let listeners = Listeners::bind(&config)?;
         let proxy = Proxy::new(config)?;
-        proxy.serve(listeners, shutdown_signal()).await?;
+        tokio::select! {
+            served = proxy.serve(listeners, shutdown_signal()) => served?,
+            () = rotate_on_signal(&proxy) => {}
+        }
         Ok(())
     })
+}
+
+/// Rotates the proxy's access log on every SIGUSR1 (as `squid -k rotate`); never resolves.
+async fn rotate_on_signal(proxy: &Proxy) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::user_defined1()) {
+            Ok(mut usr1) => {
+                while usr1.recv().await.is_some() {
+                    proxy.rotate_logs();
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no SIGUSR1 handler: the access log cannot be rotated")
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = proxy;
+    std::future::pending().await
 }
 
 /// Resolves on SIGINT or SIGTERM.

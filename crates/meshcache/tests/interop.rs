@@ -341,3 +341,48 @@ async fn shutdown_stops_waiting_for_a_stalled_request_after_the_grace_period() {
     assert!(exited.success(), "{exited:?}");
     drop(client);
 }
+
+/// SIGUSR1 reopens the access log, as `squid -k rotate` does with `logfile_rotate 0`: what
+/// logrotate moved away keeps the lines before the signal, and a new file at the configured
+/// path gets the lines after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_reopens_the_access_log_for_logrotate() {
+    let origin = Origin::start().await.expect("origin");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut child, addr) = spawn_bin(dir.path(), "").await;
+    let log = dir.path().join("a.log");
+    let moved = dir.path().join("a.log.1");
+    let wait_for = |path: std::path::PathBuf, want: &'static str| async move {
+        for _ in 0..100 {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.contains(want) {
+                return text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{want} never reached {}", path.display());
+    };
+    assert_eq!(get(addr, &origin.url("/before?size=3")).await.status, 200);
+    wait_for(log.clone(), "/before").await;
+    std::fs::rename(&log, &moved).expect("rotate the file away");
+    Command::new("kill")
+        .args(["-USR1", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    // The signal is handled asynchronously: until the new file appears, lines may still go
+    // to the moved one, as with Squid.
+    for _ in 0..100 {
+        if log.exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(log.exists(), "no new log after SIGUSR1");
+    assert_eq!(get(addr, &origin.url("/after?size=3")).await.status, 200);
+    let new = wait_for(log.clone(), "/after").await;
+    assert!(!new.contains("/before"), "{new}");
+    let old = std::fs::read_to_string(&moved).expect("moved log");
+    assert!(old.contains("/before") && !old.contains("/after"), "{old}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
