@@ -49,6 +49,8 @@ pub struct AccessRecord<'a> {
     pub hierarchy: HierCode,
     /// The ICP wait timed out (Squid prefixes the hierarchy code with `TIMEOUT_`).
     pub timed_out: bool,
+    /// The response was not sent whole (Squid suffixes the result code with `_ABORTED`).
+    pub aborted: bool,
     /// The upstream host the response came from, if any.
     pub peer: Option<&'a str>,
     /// Response content type, if any.
@@ -78,6 +80,9 @@ impl AccessRecord<'_> {
         let _ = write!(out, "{}", self.client);
         out.push(' ');
         out.push_str(self.result.as_str());
+        if self.aborted {
+            out.push_str("_ABORTED");
+        }
         out.push('/');
         push_padded(out, u64::from(self.status), 3, '0');
         out.push(' ');
@@ -237,6 +242,7 @@ mod tests {
             url,
             hierarchy: HierCode::Direct,
             timed_out: false,
+            aborted: false,
             peer: None,
             content_type: None,
         }
@@ -289,6 +295,7 @@ mod tests {
             url: "http://example.test/a b",
             hierarchy: HierCode::Direct,
             timed_out: false,
+            aborted: false,
             peer: Some("127.0.0.1"),
             content_type: Some("text/html; charset=utf-8"),
         }
@@ -313,6 +320,7 @@ mod tests {
             url: "",
             hierarchy: HierCode::None,
             timed_out: false,
+            aborted: false,
             peer: None,
             content_type: None,
         }

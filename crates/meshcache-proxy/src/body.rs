@@ -86,12 +86,21 @@ impl Transaction {
 
     /// Logs and counts the transaction; later calls do nothing.
     pub fn finish(&mut self, body_bytes: u64) {
+        self.end(body_bytes, false);
+    }
+
+    /// As [`Transaction::finish`], for a response not sent whole (`aborted`): logged with
+    /// Squid's `_ABORTED` suffix and counted.
+    pub fn end(&mut self, body_bytes: u64, aborted: bool) {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
         let elapsed = self.start.elapsed();
         let bytes = self.head_bytes + body_bytes;
         self.shared.metrics.record(self.result, bytes, elapsed);
+        if aborted {
+            self.shared.metrics.aborted.fetch_add(1, Relaxed);
+        }
         if let Some(log) = &self.shared.log {
             log.log(&AccessRecord {
                 start: self.start_wall,
@@ -104,9 +113,23 @@ impl Transaction {
                 url: &self.url,
                 hierarchy: self.hierarchy,
                 timed_out: self.timed_out,
+                aborted,
                 peer: self.peer.as_deref(),
                 content_type: self.content_type.as_ref().and_then(|v| v.to_str().ok()),
             });
+        }
+    }
+}
+
+impl Drop for Transaction {
+    /// A transaction dropped unfinished never got its response out: the client went away
+    /// while it waited (for the origin, a peer, a collapsed fetch). Squid logs that as
+    /// `…_ABORTED/000`, and so do we: nothing passes unlogged.
+    fn drop(&mut self) {
+        if !self.finished {
+            self.status = 0;
+            self.head_bytes = 0;
+            self.end(0, true);
         }
     }
 }
@@ -215,6 +238,8 @@ enum Kind {
 pub struct ProxyBody {
     kind: Kind,
     sent: u64,
+    /// The upstream body broke off: what the client got is short.
+    broken: bool,
     txn: Option<Box<Transaction>>,
 }
 
@@ -224,6 +249,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Empty,
             sent: 0,
+            broken: false,
             txn: None,
         }
     }
@@ -233,6 +259,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Full(Some(bytes)),
             sent: 0,
+            broken: false,
             txn: None,
         }
     }
@@ -245,6 +272,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Parts(parts, len),
             sent: 0,
+            broken: false,
             txn: None,
         }
     }
@@ -254,6 +282,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Relay(Box::new(relay)),
             sent: 0,
+            broken: false,
             txn: None,
         }
     }
@@ -267,8 +296,12 @@ impl ProxyBody {
 
 impl Drop for ProxyBody {
     fn drop(&mut self) {
+        // A body dropped before its end was not sent whole: the client went away mid-body
+        // (or hyper gave up writing to it). HEAD responses are dropped unsent by design.
+        let short = self.broken || !self.is_end_stream();
         if let Some(txn) = &mut self.txn {
-            txn.finish(self.sent);
+            let aborted = short && txn.method != Method::HEAD;
+            txn.end(self.sent, aborted);
         }
     }
 }
@@ -311,6 +344,7 @@ impl Body for ProxyBody {
                     }
                     Poll::Ready(Some(Err(e))) => {
                         // Truncated: nothing is stored and the connection is not reused.
+                        this.broken = true;
                         relay.capture = None;
                         relay.lease = None;
                         relay.done = true;

@@ -36,6 +36,9 @@ pub struct Metrics {
     pub upstream_connections_reused: AtomicU64,
     /// Upstream requests that failed (connect, timeout, reset).
     pub upstream_errors: AtomicU64,
+    /// Transactions that ended before their response was sent whole: the client went away, or
+    /// the upstream body broke off (logged with Squid's `_ABORTED` suffix).
+    pub aborted: AtomicU64,
     /// Requests that waited for another request's fetch of the same URL.
     pub collapsed: AtomicU64,
     /// Responses naming an applet (`CacheApplet`) not stored because applets are disabled.
@@ -85,6 +88,7 @@ impl Metrics {
             upstream_connections_opened: AtomicU64::new(0),
             upstream_connections_reused: AtomicU64::new(0),
             upstream_errors: AtomicU64::new(0),
+            aborted: AtomicU64::new(0),
             collapsed: AtomicU64::new(0),
             applets_not_stored: AtomicU64::new(0),
             efficiency: crate::efficiency::Efficiency::default(),
@@ -145,6 +149,7 @@ impl Metrics {
             upstream_connections_opened: self.upstream_connections_opened.load(Relaxed),
             upstream_connections_reused: self.upstream_connections_reused.load(Relaxed),
             upstream_errors: self.upstream_errors.load(Relaxed),
+            aborted: self.aborted.load(Relaxed),
             collapsed: self.collapsed.load(Relaxed),
             applets_not_stored: self.applets_not_stored.load(Relaxed),
             latency_ms: LatencySummary {
@@ -206,6 +211,11 @@ impl Metrics {
             "upstream_errors_total",
             "Upstream requests that failed.",
             s.upstream_errors,
+        );
+        counter(
+            "aborted_total",
+            "Transactions whose response was not sent whole (client gone, upstream broke off).",
+            s.aborted,
         );
         counter(
             "collapsed_total",
@@ -332,6 +342,8 @@ pub struct Snapshot {
     pub upstream_connections_reused: u64,
     /// Failed upstream requests.
     pub upstream_errors: u64,
+    /// Transactions whose response was not sent whole.
+    pub aborted: u64,
     /// Collapsed requests.
     pub collapsed: u64,
     /// Responses naming an applet not stored because applets are disabled.

@@ -446,6 +446,7 @@ async fn serve_connection(
                 url: "",
                 hierarchy: HierCode::None,
                 timed_out: false,
+                aborted: false,
                 peer: None,
                 content_type: None,
             });

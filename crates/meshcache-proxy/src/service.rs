@@ -545,12 +545,14 @@ fn serve_stored(
 /// Fetches from upstream and relays; a storable GET response is captured for the store.
 async fn fetch(
     shared: &Arc<Shared>,
-    txn: Transaction,
+    mut txn: Transaction,
     parts: request::Parts,
     target: Target,
     guard: Option<FetchGuard>,
     code: ResultCode,
 ) -> Response<ProxyBody> {
+    // What the log says if the client leaves before the answer (`TCP_MISS_ABORTED/000`).
+    txn.result = code;
     let now = SystemTime::now();
     let hierarchical = parts.method == Method::GET
         && !RequestDirectives::parse(&parts.headers).no_cache
@@ -694,6 +696,7 @@ async fn revalidate(
     target: Target,
     found: Found,
 ) -> Response<ProxyBody> {
+    txn.result = ResultCode::TcpRefreshModified;
     let object = found.object();
     let stored = object.header_map();
     let mut client_headers = parts.headers.clone();
@@ -865,12 +868,13 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
 /// (RFC 9111 §4.4), and the URLs in Location and Content-Location on the same host.
 async fn pass_through(
     shared: &Arc<Shared>,
-    txn: Transaction,
+    mut txn: Transaction,
     parts: request::Parts,
     body: Incoming,
     target: Target,
     violation: &ViolationSlot,
 ) -> Response<ProxyBody> {
+    txn.result = ResultCode::TcpMiss;
     match coop::forward(
         shared,
         &parts.method,

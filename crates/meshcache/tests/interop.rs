@@ -127,7 +127,7 @@ async fn calamaris_reads_our_access_log() {
     let Some(()) = tool("calamaris") else { return };
     let origin = Origin::start().await.expect("origin");
     let proxy = node(|_| {}).await;
-    // A mix of outcomes: miss, hit, revalidation, error, denial, malformed.
+    // A mix of outcomes: miss, hit, revalidation, error, denial, malformed, aborted.
     get(proxy.addr, &origin.url("/c1?size=100&cc=max-age=60")).await;
     get(proxy.addr, &origin.url("/c1?size=100&cc=max-age=60")).await;
     get(
@@ -148,7 +148,18 @@ async fn calamaris_reads_our_access_log() {
     )
     .await;
     common::raw(proxy.addr, b"NOT HTTP AT ALL\r\n\r\n").await;
-    let lines = proxy.log_lines(8).await;
+    // A client that leaves while the origin thinks: TCP_MISS_ABORTED/000.
+    let slow = origin.url("/c4?delay_ms=500");
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_millis(100),
+        get(proxy.addr, &slow),
+    )
+    .await;
+    let lines = proxy.log_lines(9).await;
+    assert!(
+        lines.iter().any(|l| l.contains(" TCP_MISS_ABORTED/000 ")),
+        "{lines:?}"
+    );
     let log = proxy.log.clone();
     let o = tokio::task::spawn_blocking(move || {
         Command::new("calamaris")

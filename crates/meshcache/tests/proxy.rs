@@ -1238,3 +1238,53 @@ async fn a_slow_download_outlasting_the_upstream_read_timeout_is_not_cut() {
     );
     proxy.stop().await;
 }
+
+/// A client that goes away before its answer is whole still gets its access-log line, with
+/// Squid's `_ABORTED` suffix: `…_ABORTED/000` when it left while the proxy waited for the
+/// origin, `…_ABORTED/200` with the bytes it got when it left mid-body. Both are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_leave_early_are_logged_as_aborted() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const LEN: usize = 32 << 20;
+    let origin = Origin::start().await.expect("origin");
+    let proxy = node(|_| {}).await;
+    // Gone while the origin thinks.
+    let slow = origin.url("/think?delay_ms=600&size=10");
+    let mut s = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    s.write_all(format!("GET {slow} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("request");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    drop(s);
+    let lines = proxy.log_lines(1).await;
+    let fields: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(fields[3], "TCP_MISS_ABORTED/000", "{lines:?}");
+    assert_eq!(fields[4], "0", "{lines:?}");
+    // Gone mid-body.
+    let big = origin.url(&format!("/big?size={LEN}&cc=no-store"));
+    let mut s = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    s.write_all(format!("GET {big} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("request");
+    let mut buf = vec![0u8; 64 << 10];
+    let mut got = 0;
+    while got < 256 << 10 {
+        got += s.read(&mut buf).await.expect("read");
+    }
+    drop(s);
+    let lines = proxy.log_lines(2).await;
+    let fields: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(fields[3], "TCP_MISS_ABORTED/200", "{lines:?}");
+    let bytes: usize = fields[4].parse().expect("bytes");
+    assert!(bytes < LEN, "{lines:?}");
+    // A whole answer is not aborted.
+    let r = get(proxy.addr, &origin.url("/whole?size=10")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(proxy.log_code(3).await, "TCP_MISS/200");
+    assert_eq!(proxy.stats().await["aborted"], 2);
+    proxy.stop().await;
+}
