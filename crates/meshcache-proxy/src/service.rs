@@ -598,9 +598,12 @@ fn relay_response(
     txn.peer = lease.peer().map(|ip| ip.to_string());
     headers::strip_hop_by_hop(&mut rparts.headers);
     let directives = RequestDirectives::parse(&req.headers);
+    // A Range request's answer is stored only when it is the whole representation (an origin
+    // may ignore Range and send 200): a 206 is a part, which this store does not keep.
+    let partial = req.headers.contains_key(header::RANGE) && rparts.status != StatusCode::OK;
     let freshness = if proxy_only
         || directives.no_store
-        || req.headers.contains_key(header::RANGE)
+        || partial
         || !applets::admit(shared, &target.url, &rparts.headers)
     {
         None
