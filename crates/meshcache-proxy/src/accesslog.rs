@@ -182,13 +182,15 @@ impl AccessLog {
                 name.push(format!(".{i}"));
                 PathBuf::from(name)
             };
+            // A file missing on the way (never made, or moved away by hand) is no error.
+            let shift = |from: &Path, to: PathBuf| match std::fs::rename(from, to) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
             for i in (0..self.keep - 1).rev() {
-                match std::fs::rename(numbered(i), numbered(i + 1)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                    _ => {}
-                }
+                shift(&numbered(i), numbered(i + 1))?;
             }
-            std::fs::rename(&self.path, numbered(0))?;
+            shift(&self.path, numbered(0))?;
         }
         guard.0 = open_append(&self.path)?;
         Ok(())

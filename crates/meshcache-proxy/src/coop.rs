@@ -5,9 +5,9 @@
 //! adaptive deadline) and returns the ordered hops. `forward` then tries the hops in order:
 //! a sibling is asked with `only-if-cached` (its 504 means "gone since", and the next hop is
 //! tried), and a peer that refuses the connection or sends no response head within
-//! `cooperation.peer_response_timeout` of the request's last byte is marked down and skipped, so a dead or stalled parent
-//! costs at most that bound and never the request. `run_icp` is the UDP side: it
-//! answers peers' queries from the store and feeds replies to the search.
+//! `cooperation.peer_response_timeout` of the request's last byte is marked down and skipped,
+//! so a dead or stalled parent costs at most that bound and never the request. `run_icp` is
+//! the UDP side: it answers peers' queries from the store and feeds replies to the search.
 //!
 //! Per protocol, `route` hands the search to its own driver: [`crate::directory`] (a lookup
 //! at the URL's owner, then α holders), [`crate::multicast`] (one query to the group, or to
