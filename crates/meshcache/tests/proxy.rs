@@ -767,6 +767,17 @@ fn noise(len: usize, seed: u64) -> bytes::Bytes {
     out.into()
 }
 
+/// Everything the proxy sends back on `s` until it closes (within [`STREAM_WAIT`]), lower-case.
+async fn answer_text(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out))
+        .await
+        .expect("response in time")
+        .expect("read");
+    String::from_utf8_lossy(&out).to_ascii_lowercase()
+}
+
 /// The in-process origin of the streaming tests.
 ///
 /// A POST is read frame by frame, publishing how many body bytes have arrived so far, and is
@@ -909,7 +920,7 @@ const STREAM_WAIT: Duration = Duration::from_secs(20);
 /// sent (length and FNV-1a hash).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_request_bodies_reach_the_origin_while_the_client_still_sends() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     const LEN: usize = 64 << 20;
     const PIECE: usize = 1 << 20;
     let body = noise(LEN, 7);
@@ -960,12 +971,7 @@ async fn large_request_bodies_reach_the_origin_while_the_client_still_sends() {
         if chunked {
             s.write_all(b"0\r\n\r\n").await.expect("last chunk");
         }
-        let mut out = Vec::new();
-        tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out))
-            .await
-            .expect("response in time")
-            .expect("read");
-        let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        let text = answer_text(&mut s).await;
         assert!(
             text.starts_with("http/1.1 200"),
             "chunked={chunked}: {text}"
@@ -1055,7 +1061,7 @@ async fn large_responses_reach_the_client_while_the_origin_still_sends() {
 /// from the first. 24 pieces of 8 KiB, one every 100 ms (2.4 s), against a 600 ms timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_upload_outlasting_the_upstream_read_timeout_is_not_cut() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     const PIECES: usize = 24;
     const PIECE: usize = 8 << 10;
     let body = noise(PIECES * PIECE, 3);
@@ -1078,12 +1084,7 @@ async fn a_slow_upload_outlasting_the_upstream_read_timeout_is_not_cut() {
             break;
         }
     }
-    let mut out = Vec::new();
-    tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out))
-        .await
-        .expect("response in time")
-        .expect("read");
-    let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    let text = answer_text(&mut s).await;
     assert!(text.starts_with("http/1.1 200"), "{text}");
     assert!(
         text.contains(&format!("x-received-fnv: {:016x}\r\n", want.0)),
