@@ -202,6 +202,70 @@ pub struct Row {
     pub config: ConfigResult,
     /// How many repetitions were folded.
     pub repetitions: usize,
+    /// The nodes' CPU per repetition, in seconds (scheduler-exact where known, else user +
+    /// system ticks), in repetition order.
+    pub cpu_rounds: Vec<(u32, f64)>,
+}
+
+/// A configuration's CPU against the baseline's, paired within each round (repetition) of
+/// an interleaved run, so that what drifts between rounds cancels out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PairedCpu {
+    /// Per round: the overhead over the baseline's run in the same round, in %.
+    pub rounds: Vec<f64>,
+    /// Their median.
+    pub median: f64,
+    /// A distribution-free interval for the median (order statistics `k` and `n + 1 − k`
+    /// of the rounds), or `None` with fewer than 5 rounds.
+    pub interval: Option<(f64, f64)>,
+    /// The interval's confidence: 1 − 2·P(Binomial(n, ½) < k).
+    pub confidence: f64,
+}
+
+impl PairedCpu {
+    /// Pairs `rounds` with the baseline's `base` by repetition; `None` with no round in
+    /// common.
+    pub fn new(base: &[(u32, f64)], rounds: &[(u32, f64)]) -> Option<PairedCpu> {
+        let overheads: Vec<f64> = rounds
+            .iter()
+            .filter_map(|&(rep, cpu)| {
+                let &(_, b) = base.iter().find(|(r, _)| *r == rep)?;
+                overhead_pct(b, cpu)
+            })
+            .collect();
+        if overheads.is_empty() {
+            return None;
+        }
+        let mut sorted = overheads.clone();
+        sorted.sort_by(f64::total_cmp);
+        let (interval, confidence) = median_interval(&sorted);
+        Some(PairedCpu {
+            median: median(&overheads),
+            rounds: overheads,
+            interval,
+            confidence,
+        })
+    }
+}
+
+/// The narrowest distribution-free interval for the median of `sorted` values that holds
+/// with at least 90 % confidence: `[x(k), x(n+1−k)]` for the largest such `k` (the sign
+/// test's interval). `None` when even `[min, max]` falls short (fewer than 5 values).
+fn median_interval(sorted: &[f64]) -> (Option<(f64, f64)>, f64) {
+    let n = sorted.len();
+    // P(Binomial(n, ½) ≤ j) for j = 0, 1, ….
+    let mut below = Vec::with_capacity(n + 1);
+    let (mut term, mut sum) = (0.5f64.powi(n as i32), 0.0);
+    for j in 0..=n {
+        sum += term;
+        below.push(sum);
+        term *= (n - j) as f64 / (j + 1) as f64;
+    }
+    let coverage = |k: usize| 1.0 - 2.0 * below[k - 1];
+    match (1..=n / 2).rev().find(|&k| coverage(k) >= 0.9) {
+        Some(k) => (Some((sorted[k - 1], sorted[n - k])), coverage(k)),
+        None => (None, if n >= 2 { coverage(1) } else { 0.0 }),
+    }
 }
 
 /// The configurations compared with one another (one Table 2).
@@ -245,6 +309,13 @@ pub fn aggregate(results: &Results) -> Vec<Group> {
                 .map(|(_, reps)| Row {
                     config: fold(reps),
                     repetitions: reps.len(),
+                    cpu_rounds: reps
+                        .iter()
+                        .map(|c| {
+                            let cpu = c.cpu_exact_s.unwrap_or(c.cpu_user_s + c.cpu_sys_s);
+                            (c.repetition, cpu)
+                        })
+                        .collect(),
                 })
                 .collect();
             let baseline = rows.iter().position(|r| r.config.baseline);
@@ -646,6 +717,19 @@ pub fn group_markdown(group: &Group) -> String {
              `(1 − e^(−kn/m))^k` for the summaries' sizes."
         );
     }
+    if let Some(t) = paired_cpu_table(group) {
+        let _ = writeln!(s, "\n### CPU against the baseline, round by round\n");
+        s.push_str(&t);
+        let _ = writeln!(
+            s,
+            "\nEach round ran every configuration once; a configuration's overhead is taken \
+             against the baseline's run in the same round, so that what drifts between rounds \
+             (the machine, the page cache) cancels out. Interval: where the median overhead lies, \
+             with the confidence shown, whatever the rounds' distribution (the sign test's \
+             interval, from the sorted rounds); an overhead smaller than the interval's width is \
+             not resolved by this many rounds."
+        );
+    }
     let _ = writeln!(s, "\n### CPU per node\n");
     s.push_str(&cpu_table(group));
     let _ = writeln!(s, "\n### Per node\n");
@@ -920,6 +1004,65 @@ pub fn nodes_table(group: &Group) -> String {
         return "No node reported.\n".into();
     }
     table(&header, &align, &rows)
+}
+
+/// The nodes' CPU per round and each configuration's overhead over the baseline, paired by
+/// round; `None` without a baseline or with a single round.
+pub fn paired_cpu_table(group: &Group) -> Option<String> {
+    let base = &group.rows[group.baseline?];
+    if base.cpu_rounds.len() < 2 {
+        return None;
+    }
+    let header = [
+        "configuration",
+        "CPU per round (s)",
+        "overhead per round",
+        "median overhead",
+        "interval",
+    ];
+    let per_round = |r: &Row| {
+        r.cpu_rounds
+            .iter()
+            .map(|(_, c)| format!("{c:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut rows = vec![vec![
+        format!("{} (baseline)", base.config.name),
+        per_round(base),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]];
+    for (i, row) in group.rows.iter().enumerate() {
+        if Some(i) == group.baseline {
+            continue;
+        }
+        let Some(p) = PairedCpu::new(&base.cpu_rounds, &row.cpu_rounds) else {
+            continue;
+        };
+        let interval = match p.interval {
+            Some((lo, hi)) => format!(
+                "{} to {} ({:.0} %)",
+                signed(lo, "%"),
+                signed(hi, "%"),
+                (p.confidence * 100.0).floor()
+            ),
+            None => "too few rounds".into(),
+        };
+        rows.push(vec![
+            row.config.name.clone(),
+            per_round(row),
+            p.rounds
+                .iter()
+                .map(|o| signed(*o, "%"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            signed(p.median, "%"),
+            interval,
+        ]);
+    }
+    Some(table(&header, &[false, false, false, true, false], &rows))
 }
 
 /// Each node's CPU time split into client / peer / search / overhead (% of its CPU time).

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use meshcache_lab::report::{
     self, aggregate, bins_table, escape_cell, fmt_ms, fmt_overhead, fmt_pct, hierarchy_table,
-    latency_table, median, overhead_pct, overhead_table, ReportOptions,
+    latency_table, median, overhead_pct, overhead_table, paired_cpu_table, PairedCpu,
+    ReportOptions,
 };
 use meshcache_lab::results::{ConfigResult, LatencySummary, Machine, NodeResult, Results};
 
@@ -312,6 +313,81 @@ fn repetitions_are_folded_into_medians() {
         md.contains("the median over a configuration's repetitions"),
         "{md}"
     );
+}
+
+/// Five interleaved rounds of a baseline and one protocol: the machine drifts between rounds
+/// (the baseline from 2.0 to 2.8 s); the protocol costs 5 % more in every round but one.
+fn drifting_rounds() -> Results {
+    let mut results = sample();
+    results.configs.clear();
+    let base = [2.0, 2.2, 2.4, 2.6, 2.8];
+    let over = [5.0, 5.0, -1.0, 5.0, 5.0];
+    for (rep, (&b, &o)) in base.iter().zip(&over).enumerate() {
+        for (name, cpu) in [
+            ("meshcache/none/4.0", b),
+            ("meshcache/summary/4.0", b * (1.0 + o / 100.0)),
+        ] {
+            let mut c = config("cpu", name, name.contains("none"), 40.0, 1.0, 1.0, 0, 0);
+            c.repetition = rep as u32;
+            c.cpu_exact_s = Some(cpu);
+            results.configs.push(c);
+        }
+    }
+    results
+}
+
+#[test]
+fn cpu_overheads_are_paired_round_by_round() {
+    let groups = aggregate(&drifting_rounds());
+    let g = &groups[0];
+    let rounds = &g.rows[1].cpu_rounds;
+    assert_eq!(rounds.len(), 5);
+    let p = PairedCpu::new(&g.rows[0].cpu_rounds, rounds).expect("paired");
+    assert_eq!(p.rounds.len(), 5);
+    for (got, want) in p.rounds.iter().zip([5.0, 5.0, -1.0, 5.0, 5.0]) {
+        assert!((got - want).abs() < 1e-9, "{got} {want}");
+    }
+    // The medians of each configuration's CPU alone (2.4 and 2.52 s) hide nothing here, but
+    // the pairing is what takes the drift out: the median of the pairs is exactly 5 %.
+    assert!((p.median - 5.0).abs() < 1e-9);
+    // Five rounds: the sign test's interval is [min, max] at 1 − 2/32 = 93.75 %.
+    let (lo, hi) = p.interval.expect("five rounds make an interval");
+    assert!((lo + 1.0).abs() < 1e-9 && (hi - 5.0).abs() < 1e-9);
+    assert!((p.confidence - 0.9375).abs() < 1e-12);
+
+    let t = paired_cpu_table(g).expect("a baseline with rounds");
+    let row = cells(line_after(&t, "meshcache/none/4.0 (baseline)"));
+    assert_eq!(row[0], "meshcache/summary/4.0");
+    assert_eq!(row[2], "+5.0%, +5.0%, -1.0%, +5.0%, +5.0%");
+    assert_eq!(row[3], "+5.0%");
+    assert_eq!(row[4], "-1.0% to +5.0% (93 %)");
+    let md = report::markdown(&drifting_rounds());
+    assert!(
+        md.contains("### CPU against the baseline, round by round"),
+        "{md}"
+    );
+}
+
+#[test]
+fn paired_intervals_need_five_rounds_and_narrow_with_more() {
+    let pairs = |n: u32| -> Vec<(u32, f64)> { (0..n).map(|r| (r, 1.0)).collect() };
+    // Rounds 1.00, 1.01, … 1.0(n−1) against 1.0: overheads 0 %, 1 %, … (n − 1) %.
+    let rounds =
+        |n: u32| -> Vec<(u32, f64)> { (0..n).map(|r| (r, 1.0 + f64::from(r) / 100.0)).collect() };
+    let four = PairedCpu::new(&pairs(4), &rounds(4)).expect("paired");
+    assert_eq!(four.interval, None, "[min, max] of 4 holds only 87.5 %");
+    let ten = PairedCpu::new(&pairs(10), &rounds(10)).expect("paired");
+    // k = 2: 1 − 2 · 11/1024 ≈ 97.9 % (k = 3 would be 89 %).
+    let (lo, hi) = ten.interval.expect("interval");
+    assert!(
+        (lo - 1.0).abs() < 1e-9 && (hi - 8.0).abs() < 1e-9,
+        "{lo} {hi}"
+    );
+    assert!((ten.confidence - (1.0 - 22.0 / 1024.0)).abs() < 1e-12);
+    // Rounds the baseline lacks are left out.
+    let some = PairedCpu::new(&pairs(2), &rounds(5)).expect("paired");
+    assert_eq!(some.rounds.len(), 2);
+    assert!(PairedCpu::new(&[], &rounds(3)).is_none());
 }
 
 #[test]
