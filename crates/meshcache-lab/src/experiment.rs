@@ -449,6 +449,14 @@ impl Experiment {
         if self.clients.outstanding == 0 || self.clients.outstanding > 1000 {
             return Err(invalid("clients.outstanding", "must be within 1..=1000"));
         }
+        for (key, list) in [
+            ("nodes.cpus", &self.nodes.cpus),
+            ("clients.cpus", &self.clients.cpus),
+        ] {
+            if !list.is_empty() {
+                crate::pin::parse_cpu_list(list).map_err(|e| invalid(key, e))?;
+            }
+        }
         let mut names = HashSet::new();
         for (i, v) in self.variant.iter().enumerate() {
             if !names.insert(v.name.as_str()) {
@@ -625,5 +633,23 @@ mod tests {
             .expect_err("meshcache only")
             .to_string();
         assert!(err.contains("products"), "{err}");
+    }
+
+    #[test]
+    fn cpu_lists_are_checked_when_read() {
+        let with = |section: &str| {
+            Experiment::from_toml(&format!(
+                "name = \"x\"\n[workload]\nmodel = \"benchmark\"\n{section}\n\n[[config]]\nname = \"c\"\ntopology = \"4.0\"\n"
+            ))
+        };
+        let e = with("[nodes]\ncpus = \"1\"\n[clients]\ncpus = \"0\"").expect("valid");
+        assert_eq!((e.nodes.cpus.as_str(), e.clients.cpus.as_str()), ("1", "0"));
+        for (section, key) in [
+            ("[nodes]\ncpus = \"one\"", "nodes.cpus"),
+            ("[clients]\ncpus = \"1-0\"", "clients.cpus"),
+        ] {
+            let err = with(section).expect_err(section).to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 }

@@ -117,6 +117,7 @@ pub mod link;
 pub mod measure;
 pub mod node;
 pub mod origin;
+pub mod pin;
 pub mod replay;
 pub mod report;
 pub mod results;

@@ -109,6 +109,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .unwrap_or_default(),
     };
     crate::init_tracing();
+    // The clients and origins are this process's threads: pinned before the runtime starts
+    // them, so that they all inherit it (the nodes are pinned by their own `taskset`).
+    if !exp.clients.cpus.is_empty() {
+        meshcache_lab::pin::pin_this_process(&exp.clients.cpus)
+            .with_context(|| format!("cannot pin the lab to CPUs {}", exp.clients.cpus))?;
+    }
     let results = crate::runtime()?.block_on(async {
         // Stop on SIGINT/SIGTERM, and (inside our namespace) when the command that re-executed
         // us is gone, however it died: an experiment never outlives the command that started it.
