@@ -550,13 +550,8 @@ async fn a_response_head_is_relayed_before_its_body_has_arrived() {
     let proxy = node(|_| {}).await;
     // The origin sends the head at once and the body two seconds later.
     let url = origin.url("/streamed?stall_ms=2000&size=1000");
-    let mut s = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .expect("write");
+    use tokio::io::AsyncReadExt;
+    let mut s = open_get(proxy.addr, &url).await;
     let mut head = Vec::new();
     let got_head = tokio::time::timeout(Duration::from_millis(1500), async {
         let mut buf = [0u8; 4096];
@@ -765,6 +760,16 @@ fn noise(len: usize, seed: u64) -> bytes::Bytes {
     }
     out.truncate(len);
     out.into()
+}
+
+/// A raw connection to the proxy at `addr` on which `GET url` has been sent (nothing read).
+async fn open_get(addr: std::net::SocketAddr, url: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .expect("request");
+    s
 }
 
 /// Everything the proxy sends back on `s` until it closes (within [`STREAM_WAIT`]), lower-case.
@@ -1166,20 +1171,15 @@ async fn a_one_way_tunnel_outlasting_the_idle_timeout_is_not_cut() {
 /// `upstream.read_timeout` (the pool's own `upstream.idle_timeout` governs it there).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_end_by_their_own_limits() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let origin = Origin::start().await.expect("origin");
     let proxy = node(|c| {
         c.http.idle_timeout = Duration::from_millis(700);
         c.upstream.read_timeout = Duration::from_millis(300);
     })
     .await;
-    let mut s = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
     let url = origin.url("/idle?size=5");
-    s.write_all(format!("GET {url} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .expect("request");
+    let mut s = open_get(proxy.addr, &url).await;
     let started = Instant::now();
     let mut out = Vec::new();
     let read = tokio::time::timeout(STREAM_WAIT, s.read_to_end(&mut out)).await;
@@ -1245,18 +1245,13 @@ async fn a_slow_download_outlasting_the_upstream_read_timeout_is_not_cut() {
 /// origin, `…_ABORTED/200` with the bytes it got when it left mid-body. Both are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_leave_early_are_logged_as_aborted() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     const LEN: usize = 32 << 20;
     let origin = Origin::start().await.expect("origin");
     let proxy = node(|_| {}).await;
     // Gone while the origin thinks.
     let slow = origin.url("/think?delay_ms=600&size=10");
-    let mut s = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    s.write_all(format!("GET {slow} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .expect("request");
+    let s = open_get(proxy.addr, &slow).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     drop(s);
     let lines = proxy.log_lines(1).await;
@@ -1265,12 +1260,7 @@ async fn clients_that_leave_early_are_logged_as_aborted() {
     assert_eq!(fields[4], "0", "{lines:?}");
     // Gone mid-body.
     let big = origin.url(&format!("/big?size={LEN}&cc=no-store"));
-    let mut s = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    s.write_all(format!("GET {big} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .expect("request");
+    let mut s = open_get(proxy.addr, &big).await;
     let mut buf = vec![0u8; 64 << 10];
     let mut got = 0;
     while got < 256 << 10 {
