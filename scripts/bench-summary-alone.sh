@@ -66,7 +66,7 @@ EOT
   fi
 }
 
-runtime_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {print s}'; }
+runtime_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.0f", s}'; }
 
 taskset -c 0 "$BIN" lab origin --listen "$ORIGIN" --delay 50ms --cache-control max-age=86400 \
   >/dev/null 2>&1 &
