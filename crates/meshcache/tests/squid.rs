@@ -877,8 +877,30 @@ async fn squid_reads_meshcaches_digest_and_fetches_its_hits() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Squid does not log its own digest fetches; give it a moment to parse the digest.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Squid logs neither its digest fetch nor when it starts using the digest: request the
+    // spare objects (urls[20..]) one at a time until one is a CD_SIBLING_HIT, so the 20
+    // measured below run against a digest Squid has installed.
+    let mut spares = urls.iter().skip(20);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let Some(u) = spares.next() else {
+            panic!(
+                "no spare object became a CD_SIBLING_HIT:\n{}",
+                squid.diagnostics()
+            );
+        };
+        assert_eq!(get(squid.http, u).await.status, 200, "{u}");
+        let line = squid.http_line(u).await;
+        if field(&line, 8) == format!("CD_SIBLING_HIT/{m_ip}") {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "Squid used meshcache's digest for none of the spare objects:\n{}",
+            squid.diagnostics()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let mut cd_hits = 0;
     for u in urls.iter().take(20) {
         let r = get(squid.http, u).await;
