@@ -408,7 +408,7 @@ async fn run_one(
     let mut origins = Vec::new();
     for ip in w.origins.values() {
         let addr = SocketAddr::from((*ip, exp.origin_port));
-        let listener = tokio::net::TcpListener::bind(addr)
+        let listener = bind_listener(addr, REBIND_LIMIT)
             .await
             .with_context(|| format!("cannot bind an origin on {addr}"))?;
         origins.push(crate::origin::Origin::spawn_with(
@@ -758,6 +758,27 @@ async fn run_one(
     Ok(result)
 }
 
+/// How long a listener's address may stay taken by the run before.
+const REBIND_LIMIT: Duration = Duration::from_secs(5);
+
+/// Binds `addr`, waiting up to `limit` while it is in use: the previous run's
+/// origins and relays stop when their handles drop, but their tasks let go of the listening
+/// sockets only when next polled, which can be after the next run asks for the same address.
+async fn bind_listener(
+    addr: SocketAddr,
+    limit: Duration,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            r => return r,
+        }
+    }
+}
+
 async fn tcp_link(
     listen: SocketAddr,
     target: SocketAddr,
@@ -765,7 +786,7 @@ async fn tcp_link(
     link: LinkConfig,
     seed: u64,
 ) -> anyhow::Result<Link> {
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = bind_listener(listen, REBIND_LIMIT)
         .await
         .with_context(|| format!("cannot bind a link relay on {listen}"))?;
     Ok(Link::tcp(
@@ -1247,6 +1268,43 @@ mod tests {
         PINGS SENT :        0\nPINGS ACKED:        0   0%\nIGNORED    :        0   0%\n\
         Histogram of PINGS ACKED:\n\
         Last failed connect() at: 24/Nov/2026:15:46:57 +0000\nkeep-alive ratio: 0%\n";
+
+    /// The race a run's next configuration met: an origin dropped a moment ago still holds its
+    /// address until its task is next polled.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_next_run_binds_an_address_the_last_run_is_letting_go_of() {
+        let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let origin = crate::origin::Origin::spawn_with(
+            listener,
+            &crate::origin::OriginConfig::default(),
+            std::future::pending(),
+        )
+        .expect("origin");
+        tokio::task::yield_now().await;
+        drop(origin);
+        let e = tokio::net::TcpListener::bind(addr)
+            .await
+            .expect_err("still held");
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        bind_listener(addr, Duration::from_secs(5))
+            .await
+            .expect("bound once the origin let go");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_address_that_stays_taken_is_an_error_after_the_limit() {
+        let held = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .await
+            .expect("bind");
+        let addr = held.local_addr().expect("addr");
+        let e = bind_listener(addr, Duration::from_millis(100))
+            .await
+            .expect_err("taken");
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+    }
 
     #[test]
     fn squid_peers_down_are_named() {
