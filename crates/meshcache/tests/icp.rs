@@ -7,7 +7,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{bind, get, start, Node};
+use common::{bind, get, start, wait_icp_alive, Node};
 use meshcache_dcm::Role;
 use meshcache_lab::Origin;
 use meshcache_proxy::config::PeerConfig;
@@ -49,7 +49,7 @@ async fn siblings_serve_each_others_hits() {
     assert_eq!(get(b.addr, &url).await.x_cache(), "MISS");
     // A first miss through a wakes b up as a peer (a peer never heard from is not waited for).
     get(a.addr, &origin.url("/warmup?size=1")).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_icp_alive(&a, 0).await;
 
     let r = get(a.addr, &url).await;
     assert_eq!(r.status, 200);
@@ -208,8 +208,14 @@ async fn strangers_get_denied() {
     sock.send_to(b"\x01\x02\x00\x05garbage", a_icp)
         .await
         .expect("send");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let s = a.stats().await;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let s = loop {
+        let s = a.stats().await;
+        if s["icp"]["dropped"].as_u64().unwrap_or(0) >= 1 || std::time::Instant::now() >= until {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(s["icp"]["denied"], 1, "{s}");
     assert!(s["icp"]["dropped"].as_u64().expect("n") >= 1, "{s}");
     a.stop().await;

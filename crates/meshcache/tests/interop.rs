@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Output, Stdio};
 
-use common::{get, node};
+use common::{at_origin, get, node};
 use meshcache_lab::Origin;
 
 fn tool(name: &str) -> Option<()> {
@@ -275,17 +275,6 @@ async fn spawn_bin(
     let _ = child.kill();
     let _ = child.wait();
     panic!("proxy did not start");
-}
-
-/// Waits (at most 2 s) until the origin has seen `path` once.
-async fn at_origin(origin: &Origin, path: &str) {
-    for _ in 0..200 {
-        if origin.hits(path) == 1 {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("{path} never reached the origin");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{dead_port, get, node, raw, request};
+use common::{at_origin, dead_port, get, node, raw, request};
 use meshcache_lab::Origin;
 use meshcache_store::StoreEvent;
 
@@ -366,7 +366,7 @@ async fn shutdown_finishes_in_flight_requests() {
     let url = origin.url("/inflight?delay_ms=500&size=100");
     let addr = proxy.addr;
     let pending = tokio::spawn(async move { get(addr, &url).await });
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    at_origin(&origin, "/inflight?delay_ms=500&size=100").await;
     let stopping = tokio::spawn(proxy.stop());
     let r = pending.await.expect("request");
     assert_eq!(r.status, 200);
@@ -409,7 +409,12 @@ async fn connection_limit_makes_extra_clients_wait() {
     let held = tokio::net::TcpStream::connect(proxy.addr)
         .await
         .expect("connect");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Accepted (and so holding the slot) before the second client comes.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while proxy.stats().await["client_connections"] != 1 {
+        assert!(std::time::Instant::now() < until, "never accepted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let url = origin.url("/limit?size=3");
     let addr = proxy.addr;
     let waiting = tokio::spawn(async move { get(addr, &url).await });
@@ -1252,7 +1257,7 @@ async fn clients_that_leave_early_are_logged_as_aborted() {
     // Gone while the origin thinks.
     let slow = origin.url("/think?delay_ms=600&size=10");
     let s = open_get(proxy.addr, &slow).await;
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    at_origin(&origin, "/think?delay_ms=600&size=10").await;
     drop(s);
     let lines = proxy.log_lines(1).await;
     let fields: Vec<&str> = lines[0].split_whitespace().collect();

@@ -14,7 +14,7 @@ mod support;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use common::{bind, get, start, Bound, Node};
+use common::{bind, get, start, wait_icp_alive, Bound, Node};
 use meshcache_dcm::Role;
 use meshcache_lab::{expected_body, Origin};
 use meshcache_proxy::config::PeerConfig;
@@ -64,19 +64,6 @@ async fn mesh_line(node: &Node, url: &str, nth: usize) -> String {
             Instant::now() < until,
             "no access-log line #{nth} for {url} in:\n{text}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Waits (at most 5 s) until meshcache has heard an ICP reply from its peer `i`.
-async fn wait_icp_alive(node: &Node, i: usize) {
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        let s = node.stats().await;
-        if s["peers"][i]["icp_alive"] == true {
-            return;
-        }
-        assert!(Instant::now() < until, "peer {i} never answered ICP: {s}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -304,3 +304,31 @@ pub fn full_mesh(
         })
         .collect()
 }
+
+/// Waits (at most 5 s) until `node` has heard an ICP reply from its peer `i`.
+pub async fn wait_icp_alive(node: &Node, i: usize) {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = node.stats().await;
+        if s["peers"][i]["icp_alive"] == true {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "peer {i} never answered ICP: {s}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (at most 5 s) until `origin` has received a request for `path` (its path and query).
+pub async fn at_origin(origin: &meshcache_lab::Origin, path: &str) {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while origin.hits(path) == 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "{path} never reached the origin"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
