@@ -111,6 +111,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod barrier;
 pub mod client;
 pub mod experiment;
 pub mod link;

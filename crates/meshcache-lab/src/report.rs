@@ -662,6 +662,15 @@ pub fn header_markdown(results: &Results) -> String {
             ),
         ],
         vec!["network namespace".into(), netns.into()],
+        vec![
+            "configurations measured".into(),
+            if results.concurrent {
+                "at the same time, one process and namespace each, passes started together"
+            } else {
+                "one after the other"
+            }
+            .into(),
+        ],
         vec!["configurations".into(), results.configs.len().to_string()],
     ];
     format!(

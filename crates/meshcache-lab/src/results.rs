@@ -28,6 +28,11 @@ pub struct Results {
     pub machine: Machine,
     /// One entry per configuration and repetition, in the order run.
     pub configs: Vec<ConfigResult>,
+    /// True when the configurations were measured at the same time (`lab run --concurrent`:
+    /// one process per configuration, each in a network namespace of its own, every pass of
+    /// each starting with the same pass of the others).
+    #[serde(default)]
+    pub concurrent: bool,
 }
 
 /// Where the run happened.

@@ -56,6 +56,9 @@ pub struct RunOptions {
     pub revision: String,
     /// Where relative paths of the experiment file (a workload trace) start.
     pub base: PathBuf,
+    /// Other `lab run` processes measuring at the same time (`lab run --concurrent`): every
+    /// measured pass starts when all of them reach it.
+    pub barrier: Option<crate::barrier::Barrier>,
 }
 
 /// One run of the expansion.
@@ -98,6 +101,7 @@ pub async fn run_experiment(
         seed: exp.seed,
         started: now_rfc3339(),
         machine: machine(opts.own_netns),
+        concurrent: opts.barrier.as_ref().is_some_and(|b| b.parties() > 1),
         ..Results::default()
     };
     let plan = expand(exp, opts);
@@ -169,6 +173,7 @@ pub async fn run_experiment(
                 &dir,
                 &bars,
                 tcp_monitor.as_ref(),
+                opts.barrier.as_ref().map(|b| (b, index)),
             )
             .await
             .with_context(|| format!("run {name:?}"))?;
@@ -212,6 +217,29 @@ pub async fn run_experiment(
         eprintln!("meshcache lab: {w}");
     }
     outcome.map(|()| results)
+}
+
+/// One `Results` from the per-configuration results of `lab run --concurrent`: the runs in
+/// round order (each round's configurations in `order`, the experiment file's), the earliest
+/// start, the longest duration, the largest steal.
+pub fn merge_concurrent(parts: Vec<Results>, order: &[String]) -> Option<Results> {
+    let mut parts = parts.into_iter();
+    let mut merged = parts.next()?;
+    for part in parts {
+        if part.started < merged.started {
+            merged.started = part.started;
+        }
+        merged.duration_s = merged.duration_s.max(part.duration_s);
+        merged.machine.steal_pct = merged.machine.steal_pct.max(part.machine.steal_pct);
+        merged.machine.own_netns &= part.machine.own_netns;
+        merged.configs.extend(part.configs);
+    }
+    let rank = |name: &str| order.iter().position(|o| o == name).unwrap_or(order.len());
+    merged
+        .configs
+        .sort_by_key(|c| (c.repetition, rank(&c.name)));
+    merged.concurrent = true;
+    Some(merged)
 }
 
 fn expand<'a>(exp: &'a Experiment, opts: &RunOptions) -> Vec<Planned<'a>> {
@@ -391,6 +419,7 @@ impl Drop for Running {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_one(
     exp: &Experiment,
     p: &Planned<'_>,
@@ -399,6 +428,7 @@ async fn run_one(
     dir: &Path,
     bars: &MultiProgress,
     tcp_monitor: Option<&crate::tcpcount::TcpMonitor>,
+    barrier: Option<(&crate::barrier::Barrier, usize)>,
 ) -> anyhow::Result<ConfigResult> {
     let topo = Topology::build(&p.config.topology, exp).map_err(|e| anyhow!(e))?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -716,6 +746,18 @@ async fn run_one(
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_prefix(p.config.name.clone());
+    if let Some((barrier, pass)) = barrier {
+        let together = barrier
+            .wait(pass)
+            .await
+            .context("cannot reach the other concurrent runs")?;
+        if !together {
+            tracing::warn!(
+                pass,
+                "the other concurrent runs did not reach this pass in time; measuring alone"
+            );
+        }
+    }
     let ticks = measure::clock_ticks();
     let before = snapshot(&running, ticks)?;
     let tcp_phase = tcp_monitor.and_then(|m| {
@@ -1304,6 +1346,54 @@ mod tests {
             .await
             .expect_err("taken");
         assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+    }
+
+    #[test]
+    fn concurrent_parts_merge_into_rounds() {
+        let part = |name: &str, started: &str, cpu: &[f64]| Results {
+            started: started.into(),
+            duration_s: cpu.len() as f64,
+            concurrent: true,
+            configs: cpu
+                .iter()
+                .enumerate()
+                .map(|(r, &c)| ConfigResult {
+                    name: name.into(),
+                    repetition: r as u32,
+                    cpu_exact_s: Some(c),
+                    ..ConfigResult::default()
+                })
+                .collect(),
+            ..Results::default()
+        };
+        let order = ["none".to_string(), "summary".to_string()];
+        let m = merge_concurrent(
+            vec![
+                part("summary", "2026-01-01T00:00:02Z", &[2.0, 2.1, 2.2]),
+                part("none", "2026-01-01T00:00:01Z", &[1.0, 1.1]),
+            ],
+            &order,
+        )
+        .expect("merged");
+        let runs: Vec<(u32, &str)> = m
+            .configs
+            .iter()
+            .map(|c| (c.repetition, c.name.as_str()))
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (0, "none"),
+                (0, "summary"),
+                (1, "none"),
+                (1, "summary"),
+                (2, "summary")
+            ]
+        );
+        assert_eq!(m.started, "2026-01-01T00:00:01Z");
+        assert_eq!(m.duration_s, 3.0);
+        assert!(m.concurrent);
+        assert!(merge_concurrent(Vec::new(), &order).is_none());
     }
 
     #[test]

@@ -192,6 +192,7 @@ fn sample() -> Results {
             steal_pct: 0.25,
         },
         configs,
+        concurrent: false,
     }
 }
 

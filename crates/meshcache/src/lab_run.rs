@@ -52,6 +52,13 @@ pub struct RunArgs {
     /// Parse and check the experiment file, print the runs it would make, and stop.
     #[arg(long)]
     check: bool,
+    /// Measure the configurations at the same time instead of one after the other: one
+    /// `lab run` per configuration, each in a network namespace of its own, every pass of each
+    /// starting together with the same pass of the others. What the machine does during a
+    /// pass then touches every configuration alike, which makes small CPU differences
+    /// measurable (docs/lab.md); each configuration also sees the others' load.
+    #[arg(long)]
+    concurrent: bool,
 }
 
 fn parse_product(s: &str) -> Result<Product, String> {
@@ -77,6 +84,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             );
         }
         return Ok(());
+    }
+    if args.concurrent {
+        return run_concurrent(&args, &exp);
     }
     let in_netns = std::env::var_os(IN_NETNS).is_some();
     if !in_netns && args.netns != Netns::Off {
@@ -107,6 +117,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .parent()
             .map(PathBuf::from)
             .unwrap_or_default(),
+        barrier: meshcache_lab::barrier::Barrier::from_env().map_err(anyhow::Error::msg)?,
     };
     crate::init_tracing();
     // The clients and origins are this process's threads: pinned before the runtime starts
@@ -140,6 +151,114 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         exp.name,
         results.configs.len(),
         results.duration_s,
+        out.display()
+    );
+    if let Ok(md) = std::fs::read_to_string(out.join("results.md")) {
+        println!("\n{md}");
+    }
+    Ok(())
+}
+
+/// `lab run --concurrent`: one child `lab run` per selected configuration, started together
+/// and held together pass by pass; their results merged into one report in `--out`.
+fn run_concurrent(args: &RunArgs, exp: &Experiment) -> anyhow::Result<()> {
+    use meshcache_lab::barrier;
+    let names: Vec<String> = exp
+        .config
+        .iter()
+        .map(|c| c.name.clone())
+        .filter(|n| args.only.is_empty() || args.only.contains(n))
+        .collect();
+    if names.len() < 2 {
+        bail!("--concurrent needs at least two configurations (selected: {names:?})");
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("target/lab").join(&exp.name));
+    let parts_dir = out.join("concurrent");
+    let rendezvous = parts_dir.join("rendezvous");
+    if parts_dir.exists() {
+        std::fs::remove_dir_all(&parts_dir)
+            .with_context(|| format!("cannot clear {}", parts_dir.display()))?;
+    }
+    std::fs::create_dir_all(&rendezvous)
+        .with_context(|| format!("cannot create {}", rendezvous.display()))?;
+    let exe = std::env::current_exe().context("cannot find the meshcache binary")?;
+    let netns = match args.netns {
+        Netns::Auto => "auto",
+        Netns::On => "on",
+        Netns::Off => "off",
+    };
+    if args.netns == Netns::Off {
+        eprintln!(
+            "meshcache lab: --concurrent with --netns off: the configurations share this \
+             namespace's addresses and will collide"
+        );
+    }
+    let mut children = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let party = format!("{i:02}");
+        let dir = parts_dir.join(&party);
+        let log = parts_dir.join(format!("{party}.log"));
+        let log_file = std::fs::File::create(&log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let mut cmd = Command::new(&exe);
+        cmd.args(["lab", "run"])
+            .arg(&args.experiment)
+            .args(["--only", name, "--netns", netns, "--quiet", "--out"])
+            .arg(&dir)
+            .env(barrier::DIR_VAR, &rendezvous)
+            .env(barrier::PARTY_VAR, &party)
+            .env(barrier::PARTIES_VAR, names.len().to_string())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file);
+        for p in &args.product {
+            cmd.args(["--product", p.name()]);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start the run of {name:?}"))?;
+        eprintln!(
+            "meshcache lab: {name:?} runs as pid {} (log {})",
+            child.id(),
+            log.display()
+        );
+        children.push((name, dir, log, child));
+    }
+    let mut parts = Vec::new();
+    let mut failed = Vec::new();
+    for (name, dir, log, mut child) in children {
+        let status = child
+            .wait()
+            .with_context(|| format!("waiting for {name:?}"))?;
+        if !status.success() {
+            failed.push(format!("{name:?} ({status}; see {})", log.display()));
+            continue;
+        }
+        let path = dir.join("results.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        parts.push(
+            serde_json::from_str::<meshcache_lab::results::Results>(&text)
+                .with_context(|| format!("{} is not a lab result", path.display()))?,
+        );
+    }
+    if !failed.is_empty() {
+        bail!("concurrent runs failed: {}", failed.join(", "));
+    }
+    let merged =
+        meshcache_lab::run::merge_concurrent(parts, &names).context("no results to merge")?;
+    let written = meshcache_lab::report::write_all(&merged, &out).context("writing the report")?;
+    for w in &written.warnings {
+        eprintln!("meshcache lab: {w}");
+    }
+    println!(
+        "{}: {} runs of {} configurations at the same time in {:.0} s; results in {}",
+        exp.name,
+        merged.configs.len(),
+        names.len(),
+        merged.duration_s,
         out.display()
     );
     if let Ok(md) = std::fs::read_to_string(out.join("results.md")) {

@@ -222,6 +222,116 @@ protocol = "icp"
     }
 }
 
+/// `--concurrent`: each configuration in a `lab run` of its own, in its own namespace, the
+/// passes started together; one merged report, round by round.
+#[test]
+fn configurations_measured_at_the_same_time() {
+    let can_unshare = Command::new("unshare")
+        .args(["--net", "--", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can_unshare {
+        eprintln!("no network namespaces here: concurrent runs would share addresses; skipped");
+        return;
+    }
+    let _turn = NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("exp.toml");
+    std::fs::write(
+        &file,
+        r#"
+name = "together"
+products = ["meshcache"]
+repetitions = 2
+[workload]
+model = "benchmark"
+clients = 6
+requests_per_client = 20
+groups = 2
+disjoint = true
+[origins]
+delay = "2ms"
+cache_control = "max-age=3600"
+[nodes]
+memory = "64 MiB"
+[[config]]
+name = "none"
+topology = "2.0"
+protocol = "none"
+baseline = true
+[[config]]
+name = "icp"
+topology = "2.0"
+protocol = "icp"
+"#,
+    )
+    .expect("write");
+    let out_dir = dir.path().join("out");
+    let one = lab(&[
+        "run",
+        file.to_str().expect("path"),
+        "--only",
+        "icp",
+        "--concurrent",
+        "--out",
+        out_dir.to_str().expect("path"),
+    ]);
+    assert!(!one.status.success());
+    assert!(
+        String::from_utf8_lossy(&one.stderr).contains("at least two configurations"),
+        "{}",
+        String::from_utf8_lossy(&one.stderr)
+    );
+    let out = lab(&[
+        "run",
+        file.to_str().expect("path"),
+        "--concurrent",
+        "--out",
+        out_dir.to_str().expect("path"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = results(&out_dir);
+    assert_eq!(r["concurrent"], true);
+    let runs: Vec<(u64, &str)> = r["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .map(|c| {
+            assert_eq!(c["requests"], 120, "{c:#}");
+            assert_eq!(c["errors"], 0, "{c:#}");
+            (
+                c["repetition"].as_u64().expect("repetition"),
+                c["name"].as_str().expect("name"),
+            )
+        })
+        .collect();
+    assert_eq!(runs, [(0, "none"), (0, "icp"), (1, "none"), (1, "icp")]);
+    // Each configuration ran in a namespace of its own: the no-cooperation runs saw no
+    // datagram, although the ICP runs sent theirs at the same time.
+    for c in r["configs"].as_array().expect("configs") {
+        let udp = c["udp_datagrams_netns"].as_u64().expect("udp");
+        if c["name"] == "none" {
+            assert_eq!(udp, 0, "{c:#}");
+        } else {
+            assert!(udp > 0, "{c:#}");
+        }
+    }
+    // Both parties arrived at both passes.
+    let mut arrived: Vec<String> = std::fs::read_dir(out_dir.join("concurrent/rendezvous"))
+        .expect("rendezvous")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    arrived.sort();
+    assert_eq!(arrived, ["0.00", "0.01", "1.00", "1.01"]);
+    let md = std::fs::read_to_string(out_dir.join("results.md")).expect("results.md");
+    assert!(md.contains("at the same time"), "{md}");
+    assert!(md.contains("round by round"), "{md}");
+}
+
 /// A child and its lone parent across an emulated 40 ms link: the round trip shows in the
 /// latency, and the lone parent is polled only when asked to.
 #[test]
