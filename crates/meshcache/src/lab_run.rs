@@ -226,12 +226,39 @@ fn run_concurrent(args: &RunArgs, exp: &Experiment) -> anyhow::Result<()> {
         );
         children.push((name, dir, log, child));
     }
+    // One failed run would leave the others waiting at every pass for it: stop them all.
+    let mut statuses: Vec<Option<std::process::ExitStatus>> = vec![None; children.len()];
+    let mut stopped = vec![false; children.len()];
+    while statuses.iter().any(Option::is_none) {
+        for (i, (name, _, _, child)) in children.iter_mut().enumerate() {
+            if statuses[i].is_none() {
+                statuses[i] = child
+                    .try_wait()
+                    .with_context(|| format!("waiting for {name:?}"))?;
+            }
+        }
+        if statuses.iter().flatten().any(|s| !s.success()) {
+            for (i, (_, _, _, child)) in children.iter_mut().enumerate() {
+                if statuses[i].is_none() {
+                    // Its own copy inside the namespace sees it gone and stops its nodes.
+                    let _ = child.kill();
+                    statuses[i] = child.wait().ok();
+                    stopped[i] = true;
+                }
+            }
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let mut parts = Vec::new();
     let mut failed = Vec::new();
-    for (name, dir, log, mut child) in children {
-        let status = child
-            .wait()
-            .with_context(|| format!("waiting for {name:?}"))?;
+    for (((name, dir, log, _), status), stopped) in children.into_iter().zip(statuses).zip(stopped)
+    {
+        let status = status.context("a run's exit status was lost")?;
+        if stopped {
+            failed.push(format!("{name:?} (stopped)"));
+            continue;
+        }
         if !status.success() {
             failed.push(format!("{name:?} ({status}; see {})", log.display()));
             continue;

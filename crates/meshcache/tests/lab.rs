@@ -282,6 +282,46 @@ protocol = "icp"
         "{}",
         String::from_utf8_lossy(&one.stderr)
     );
+    // A run that fails stops the others, which would otherwise wait for it at every pass.
+    let failing = dir.path().join("failing.toml");
+    let text = std::fs::read_to_string(&file).expect("read");
+    std::fs::write(
+        &failing,
+        format!("{text}[[config]]\nname = \"squid only\"\ntopology = \"2.0\"\nprotocol = \"icp\"\nproducts = [\"squid\"]\n"),
+    )
+    .expect("write");
+    let failed_dir = dir.path().join("failed");
+    let started = std::time::Instant::now();
+    let failed = lab(&[
+        "run",
+        failing.to_str().expect("path"),
+        "--concurrent",
+        "--out",
+        failed_dir.to_str().expect("path"),
+    ]);
+    assert!(!failed.status.success());
+    let err = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        err.contains("\"squid only\" (exit status") && err.contains("\"none\" (stopped)"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{err}"
+    );
+    let needle = failed_dir.to_string_lossy().to_string();
+    let t = std::time::Instant::now();
+    while !processes_mentioning(&needle).is_empty()
+        && t.elapsed() < std::time::Duration::from_secs(15)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        processes_mentioning(&needle).is_empty(),
+        "left behind: {:?}",
+        processes_mentioning(&needle)
+    );
+
     let out = lab(&[
         "run",
         file.to_str().expect("path"),
