@@ -59,6 +59,16 @@ fn local(c: &mut Criterion) {
             i += 1;
         })
     });
+    // Cache Digests follow the store the same way but never take delta updates.
+    let mut l = filled();
+    let mut i = DOCS;
+    g.bench_function("admit one, evict one, updates never taken", |b| {
+        b.iter(|| {
+            l.admitted(&key(i));
+            l.removed(&key(i - DOCS));
+            i += 1;
+        })
+    });
     g.finish();
 }
 

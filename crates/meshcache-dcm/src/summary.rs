@@ -42,7 +42,8 @@ pub struct LocalSummary {
     filter: CountingBloom,
     /// Bits changed since the last update (in the order they changed, possibly more than once;
     /// their current value is the filter's). Deduplicated when taken, or when it grows past
-    /// the number of bits (a protocol that never takes updates).
+    /// twice the number of bits (a protocol that never takes updates): at most one sort of
+    /// `bits` entries per `bits` changes.
     pending: Vec<u32>,
     /// Reused for the bits one admission or removal changes.
     scratch: Vec<BitChange>,
@@ -124,7 +125,7 @@ impl LocalSummary {
                 .drain(..)
                 .map(|c| u32::try_from(c.bit).unwrap_or(u32::MAX)),
         );
-        if self.pending.len() as u64 > self.filter.bits().max(64) {
+        if self.pending.len() as u64 > 2 * self.filter.bits().max(64) {
             self.pending.sort_unstable();
             self.pending.dedup();
         }
@@ -724,7 +725,7 @@ mod tests {
             l.admitted(&key(i));
             l.removed(&key(i - 80));
             assert!(
-                l.pending.len() as u64 <= bits.max(64) + 8,
+                l.pending.len() as u64 <= 2 * bits.max(64) + 8,
                 "{}",
                 l.pending.len()
             );
