@@ -8,7 +8,9 @@
 //!
 //! The processes share no namespace but share the file system: before pass `n`, each party
 //! creates `DIR/n.PARTY` and waits until the directory holds one such file per party. A party
-//! that died never arrives; the others go on after the timeout, with a warning.
+//! with no passes left (its configuration runs for fewer products) leaves `DIR/done.PARTY`,
+//! which counts as arriving at every later pass. A party that died never arrives; the others go
+//! on after the timeout, with a warning.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -88,18 +90,26 @@ impl Barrier {
         }
     }
 
+    /// Leaves the rendezvous: this party has no passes left, and nobody waits for it.
+    pub fn retire(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        std::fs::write(self.dir.join(format!("done.{}", self.party)), b"")
+    }
+
     /// The number of parties.
     pub fn parties(&self) -> usize {
         self.parties
     }
 }
 
-/// How many parties arrived at `pass`.
+/// How many parties arrived at `pass`, or left the rendezvous.
 fn arrived(dir: &Path, pass: usize) -> std::io::Result<usize> {
     let prefix = format!("{pass}.");
     let mut n = 0;
     for entry in std::fs::read_dir(dir)? {
-        if entry?.file_name().to_string_lossy().starts_with(&prefix) {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) || name.starts_with("done.") {
             n += 1;
         }
     }
@@ -129,6 +139,9 @@ mod tests {
         // Pass 0's files do not count for pass 1.
         let alone = Barrier::new(dir.path(), "a", 2, Duration::from_millis(50));
         assert!(!alone.wait(1).await.expect("a"), "b never came to pass 1");
+        // A party with no passes left is not waited for.
+        b.retire().expect("retire");
+        assert!(alone.wait(2).await.expect("a"), "b retired");
     }
 
     #[test]

@@ -204,6 +204,12 @@ pub async fn run_experiment(
         r = body => r,
         () = interrupt => Err(anyhow!("interrupted: the report holds the runs that finished")),
     };
+    if let Some(b) = &opts.barrier {
+        // Runs measuring at the same time must not wait for passes this one will not make.
+        if let Err(e) = b.retire() {
+            tracing::warn!("cannot leave the concurrent runs' rendezvous: {e}");
+        }
+    }
     overall.finish_and_clear();
     let (steal1_total, steal1) = measure::steal_jiffies().unwrap_or((0, 0));
     if steal1_total > steal0_total {

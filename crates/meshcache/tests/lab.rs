@@ -360,13 +360,16 @@ protocol = "icp"
             assert!(udp > 0, "{c:#}");
         }
     }
-    // Both parties arrived at both passes.
+    // Both parties arrived at both passes, then left.
     let mut arrived: Vec<String> = std::fs::read_dir(out_dir.join("concurrent/rendezvous"))
         .expect("rendezvous")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     arrived.sort();
-    assert_eq!(arrived, ["0.00", "0.01", "1.00", "1.01"]);
+    assert_eq!(
+        arrived,
+        ["0.00", "0.01", "1.00", "1.01", "done.00", "done.01"]
+    );
     let md = std::fs::read_to_string(out_dir.join("results.md")).expect("results.md");
     assert!(md.contains("at the same time"), "{md}");
     assert!(md.contains("round by round"), "{md}");
