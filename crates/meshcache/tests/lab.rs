@@ -117,6 +117,37 @@ fn bad_experiments_are_refused_naming_the_key() {
     assert!(err.contains("inherent_hit_ratio"), "{err}");
 }
 
+/// An experiment of two siblings, six clients of 20 requests each (120 in all), disjoint
+/// streams, objects fresh for an hour: `none` (the baseline) and `icp`. `head` holds the
+/// top-level keys, `workload` extra `[workload]` keys.
+fn two_siblings(head: &str, workload: &str) -> String {
+    format!(
+        r#"{head}
+[workload]
+model = "benchmark"
+clients = 6
+requests_per_client = 20
+groups = 2
+disjoint = true
+{workload}
+[origins]
+delay = "2ms"
+cache_control = "max-age=3600"
+[nodes]
+memory = "64 MiB"
+[[config]]
+name = "none"
+topology = "2.0"
+protocol = "none"
+baseline = true
+[[config]]
+name = "icp"
+topology = "2.0"
+protocol = "icp"
+"#
+    )
+}
+
 /// Two siblings, no cooperation against ICP, with meshcache and with Squid: the figures the
 /// Summary Cache paper's Table 2 reports come out, consistent with the workload.
 #[test]
@@ -133,32 +164,9 @@ fn siblings_with_and_without_icp() {
     let file = dir.path().join("exp.toml");
     std::fs::write(
         &file,
-        format!(
-            r#"
-name = "siblings"
-products = {products}
-[workload]
-model = "benchmark"
-clients = 6
-requests_per_client = 20
-groups = 2
-disjoint = true
-inherent_hit_ratio = 0.3
-[origins]
-delay = "2ms"
-cache_control = "max-age=3600"
-[nodes]
-memory = "64 MiB"
-[[config]]
-name = "none"
-topology = "2.0"
-protocol = "none"
-baseline = true
-[[config]]
-name = "icp"
-topology = "2.0"
-protocol = "icp"
-"#
+        two_siblings(
+            &format!("name = \"siblings\"\nproducts = {products}"),
+            "inherent_hit_ratio = 0.3",
         ),
     )
     .expect("write");
@@ -239,31 +247,10 @@ fn configurations_measured_at_the_same_time() {
     let file = dir.path().join("exp.toml");
     std::fs::write(
         &file,
-        r#"
-name = "together"
-products = ["meshcache"]
-repetitions = 2
-[workload]
-model = "benchmark"
-clients = 6
-requests_per_client = 20
-groups = 2
-disjoint = true
-[origins]
-delay = "2ms"
-cache_control = "max-age=3600"
-[nodes]
-memory = "64 MiB"
-[[config]]
-name = "none"
-topology = "2.0"
-protocol = "none"
-baseline = true
-[[config]]
-name = "icp"
-topology = "2.0"
-protocol = "icp"
-"#,
+        two_siblings(
+            "name = \"together\"\nproducts = [\"meshcache\"]\nrepetitions = 2",
+            "",
+        ),
     )
     .expect("write");
     let out_dir = dir.path().join("out");
