@@ -6,12 +6,15 @@
 //! with `Vary` is stored under a variant key, and the plain key holds a small marker naming the
 //! Vary fields and the variants, which is also what a peer's lookup by URL finds.
 //!
-//! Every change to the store is published as a [`StoreEvent`] on one broadcast channel; that
-//! is the only way cooperation protocols learn of admissions, evictions and invalidations.
+//! Every change to the store is published as a [`StoreEvent`]: to a [`StoreFollower`], if one
+//! is attached, while the store's lock is still held (so it sees the changes in the store's own
+//! order, and a snapshot of the keys plus the events after it is exact), and on one broadcast
+//! channel for tasks that follow the store at their own pace. That is the only way cooperation
+//! protocols learn of admissions, evictions and invalidations.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -24,6 +27,13 @@ use crate::headers::{vary_names, vary_selector};
 use crate::metrics::StoreStats;
 use crate::semantics::Freshness;
 use crate::zerocopy::{self, BodyArena};
+
+/// Told of every store change synchronously, under the store's lock: it must be quick (a
+/// counting filter's few counters, a flag) and must not call back into the cache.
+pub trait StoreFollower: Send + Sync {
+    /// These changes were just made to the store, in this order.
+    fn changed(&self, events: &[StoreEvent]);
+}
 
 /// The most variants kept for one URL.
 const MAX_VARIANTS: usize = 32;
@@ -153,6 +163,7 @@ struct Inner {
     store: Mutex<MemoryStore<Entry>>,
     inflight: Mutex<HashMap<StoreKey, watch::Receiver<()>>>,
     events: broadcast::Sender<StoreEvent>,
+    follower: OnceLock<Arc<dyn StoreFollower>>,
     admitted: AtomicU64,
     evicted: AtomicU64,
     invalidated: AtomicU64,
@@ -182,6 +193,7 @@ impl Cache {
                 store: Mutex::new(MemoryStore::new(config)),
                 inflight: Mutex::new(HashMap::new()),
                 events,
+                follower: OnceLock::new(),
                 admitted: AtomicU64::new(0),
                 evicted: AtomicU64::new(0),
                 invalidated: AtomicU64::new(0),
@@ -198,6 +210,30 @@ impl Cache {
     /// Subscribes to store events (admitted, evicted, invalidated, with cause).
     pub fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
         self.inner.events.subscribe()
+    }
+
+    /// Attaches the one synchronous follower (a second is refused: returns false). Attach it
+    /// before the first request, or it misses what was stored before.
+    pub fn follow(&self, follower: Arc<dyn StoreFollower>) -> bool {
+        self.inner.follower.set(follower).is_ok()
+    }
+
+    /// Tells the follower; called with the store's lock held.
+    fn tell(&self, events: &[StoreEvent]) {
+        if let (Some(f), false) = (self.inner.follower.get(), events.is_empty()) {
+            f.changed(events);
+        }
+    }
+
+    /// The keys of everything stored now, and `then()`'s result (typically the follower's own
+    /// lock) taken before the store can change again: every change after the snapshot reaches
+    /// the follower after `then`'s guard is released, none before.
+    pub fn keys_then<G>(&self, then: impl FnOnce() -> G) -> (Vec<StoreKey>, G) {
+        let store = self.inner.store.lock();
+        let keys = store.keys().copied().collect();
+        let guard = then();
+        drop(store);
+        (keys, guard)
     }
 
     fn publish(&self, events: impl IntoIterator<Item = StoreEvent>) {
@@ -306,6 +342,7 @@ impl Cache {
                     }
                 }
             }
+            self.tell(&events);
         }
         self.publish(events);
     }
@@ -324,13 +361,19 @@ impl Cache {
             for v in variants {
                 events.extend(store.invalidate(&v, cause));
             }
+            self.tell(&events);
         }
         self.publish(events);
     }
 
     /// Removes one stored object (e.g. a variant found stale and gone upstream).
     pub fn invalidate_key(&self, key: &StoreKey, cause: InvalidateCause) {
-        let event = self.inner.store.lock().invalidate(key, cause);
+        let mut store = self.inner.store.lock();
+        let event = store.invalidate(key, cause);
+        if let Some(e) = &event {
+            self.tell(std::slice::from_ref(e));
+        }
+        drop(store);
         self.publish(event);
     }
 
@@ -447,6 +490,67 @@ mod tests {
             .lookup(url, &req(&[("accept-encoding", "gzip")]))
             .is_none());
         assert_eq!(c.stats().objects, 0);
+    }
+
+    /// Records what it is told.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<StoreEvent>>);
+
+    impl StoreFollower for Recorder {
+        fn changed(&self, events: &[StoreEvent]) {
+            self.0.lock().extend_from_slice(events);
+        }
+    }
+
+    #[test]
+    fn the_follower_sees_every_change_in_the_stores_order() {
+        let c = cache();
+        let recorder = Arc::new(Recorder::default());
+        assert!(c.follow(recorder.clone()));
+        assert!(
+            !c.follow(Arc::new(Recorder::default())),
+            "one follower only"
+        );
+        let mut events = c.subscribe();
+        // 40 KiB bodies in a 1 MiB store: the later ones evict the first.
+        let body: &'static str = Box::leak("x".repeat(40 << 10).into_boxed_str());
+        for i in 0..40 {
+            c.insert(
+                &format!("http://a.test/{i}"),
+                &HeaderMap::new(),
+                object(&[], body),
+            );
+        }
+        c.invalidate("http://a.test/39", InvalidateCause::Explicit);
+        c.invalidate_key(
+            &StoreKey::get("http://a.test/38"),
+            InvalidateCause::Explicit,
+        );
+        let seen = recorder.0.lock().clone();
+        let mut broadcast = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            broadcast.push(e);
+        }
+        assert_eq!(
+            seen, broadcast,
+            "the follower and the channel agree, in order"
+        );
+        assert!(seen.iter().any(|e| matches!(e, StoreEvent::Evicted { .. })));
+        // Replaying what the follower saw gives exactly what is stored.
+        let mut held = std::collections::HashSet::new();
+        for e in &seen {
+            if e.is_admission() {
+                held.insert(e.key());
+            } else {
+                held.remove(&e.key());
+            }
+        }
+        let (keys, guard) = c.keys_then(|| recorder.0.lock().len());
+        assert_eq!(guard, seen.len());
+        assert_eq!(
+            keys.into_iter().collect::<std::collections::HashSet<_>>(),
+            held
+        );
     }
 
     #[tokio::test]

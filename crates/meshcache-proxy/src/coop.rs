@@ -79,7 +79,7 @@ pub struct Coop {
     icp: OnceLock<Arc<UdpSocket>>,
     waiters: Mutex<HashMap<u32, oneshot::Sender<Route>>>,
     /// Our summary and the peers' (summary and digest protocols).
-    summaries: Option<crate::summary::Summaries>,
+    summaries: Option<Arc<crate::summary::Summaries>>,
     /// Our share of the directory (directory protocol).
     directory: Option<crate::directory::DirectoryState>,
     /// The parents as a CARP array (carp protocol).
@@ -149,7 +149,7 @@ impl Coop {
             config: config.clone(),
             icp: OnceLock::new(),
             waiters: Mutex::new(HashMap::new()),
-            summaries: crate::summary::Summaries::new(full),
+            summaries: crate::summary::Summaries::new(full).map(Arc::new),
             directory: (config.protocol == Protocol::Directory)
                 .then(|| crate::directory::DirectoryState::new(full))
                 .flatten(),
@@ -167,7 +167,12 @@ impl Coop {
 
     /// The summary state, when the protocol keeps summaries.
     pub fn summaries(&self) -> Option<&crate::summary::Summaries> {
-        self.summaries.as_ref()
+        self.summaries.as_deref()
+    }
+
+    /// The summary state as the store's follower.
+    pub(crate) fn summary_follower(&self) -> Option<Arc<crate::summary::Summaries>> {
+        self.summaries.clone()
     }
 
     /// The directory state, when the protocol is `directory`.

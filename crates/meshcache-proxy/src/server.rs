@@ -240,12 +240,13 @@ impl Proxy {
                 )));
             }
         }
-        if shared.coop.summaries().is_some() {
-            // Subscribed before the first client is accepted: no admission goes unseen.
-            let events = shared.cache.subscribe();
+        if let Some(summaries) = shared.coop.summary_follower() {
+            // Attached before the first client is accepted: no admission goes unseen.
+            if !shared.cache.follow(summaries) {
+                tracing::error!("the store already has a follower; the summary will not see it");
+            }
             tasks.push(tokio::spawn(crate::summary::run_local(
                 shared.clone(),
-                events,
                 stop_rx.clone(),
             )));
             tasks.push(tokio::spawn(crate::summary::run_fetch(

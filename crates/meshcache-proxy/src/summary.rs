@@ -1,12 +1,14 @@
 //! The summary driver: runs `meshcache-dcm`'s summary machines (Summary Cache and Cache
 //! Digests) with the store-event stream, the ICP socket and HTTP.
 //!
-//! - [`run_local`] follows the store: every admission, eviction and invalidation reaches our
-//!   counting filter; with the `summary` protocol, an update goes to every peer by ICP
-//!   (`ICP_OP_DIRUPDATE`) once the share of changed documents passes the threshold; with
-//!   `digest`, the Cache Digest we serve is rebuilt every `digest_rebuild_period`. Store events
-//!   lost to a slow consumer, or a store that outgrew the filter, make it rebuild from the
-//!   store's keys.
+//! - [`Summaries`] follows the store (it is the cache's [`StoreFollower`]): every admission,
+//!   eviction and invalidation reaches our counting filter as the store makes it, under the
+//!   store's lock, so the filter never lags or reorders the store and costs no task wake-up.
+//! - [`run_local`] does the rest, woken only when there is something to do: with the `summary`
+//!   protocol, an update goes to every peer by ICP (`ICP_OP_DIRUPDATE`) once the share of
+//!   changed documents passes the threshold; a store that outgrew the filter (or shrank far
+//!   below it) has it rebuilt from the store's keys; with `digest`, the Cache Digest we serve is
+//!   rebuilt every `digest_rebuild_period`.
 //! - [`run_fetch`] fetches whole summaries from peers: at start, when deltas were lost or a
 //!   peer restarted, and (digests) when a peer's digest expires. A summary that fails the
 //!   checks is refused with a counted, logged reason; the peer then counts as a miss.
@@ -16,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -30,9 +32,9 @@ use meshcache_store::StoreEvent;
 use meshcache_summary::{CacheDigest, Hashing};
 use meshcache_wire::summary as wire;
 use parking_lot::Mutex;
-use tokio::sync::broadcast::error::TryRecvError;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
+use crate::cache::StoreFollower;
 use crate::config::{Config, Protocol};
 use crate::Shared;
 
@@ -42,8 +44,11 @@ pub const DIGEST_PATH: &str = "/squid-internal-periodic/store_digest";
 pub const SUMMARY_PATH: &str = "/meshcache-internal/summary";
 /// Squid's `store_avg_object_size`, used to size the summary from the store's byte budget.
 const AVG_OBJECT_SIZE: u64 = 13 * 1024;
-/// How often store events are folded into our summary.
-const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
+/// The least time between two of our updates. Changes that pass the threshold sooner go out
+/// together in the next: at a few hundred misses a second the threshold is crossed several times
+/// a quarter-second, and one update carrying them all is fewer datagrams than one per crossing
+/// (0.09 against 0.15 per request in the four-sibling CPU experiment).
+const UPDATE_SPACING: Duration = Duration::from_millis(250);
 /// How often due fetches of peers' summaries are looked for (each wake-up of an idle node
 /// costs CPU; a lost delta waits at most this long for its repair).
 const FETCH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -82,6 +87,12 @@ pub struct Summaries {
     published: Mutex<Option<Published>>,
     /// Digests: when each peer's digest should be fetched again.
     refresh: Mutex<HashMap<usize, Instant>>,
+    /// The smallest capacity the filter is sized to (from the store's byte budget).
+    min_capacity: u32,
+    /// Wakes [`run_local`]: an update is due, or the filter needs resizing.
+    wake: Notify,
+    /// Set when `wake` was notified and [`run_local`] has not looked yet (one wake-up per job).
+    woken: AtomicBool,
     /// Counters.
     pub counters: SummaryCounters,
 }
@@ -93,12 +104,13 @@ impl Summaries {
         if !c.protocol.uses_summaries() {
             return None;
         }
+        let min_capacity = u32::try_from(config.store.memory / AVG_OBJECT_SIZE)
+            .unwrap_or(u32::MAX)
+            .max(100);
         let capacity = if c.summary_capacity > 0 {
             c.summary_capacity
         } else {
-            u32::try_from(config.store.memory / AVG_OBJECT_SIZE)
-                .unwrap_or(u32::MAX)
-                .max(100)
+            min_capacity
         };
         let hashing = Hashing::with_functions(c.summary_hash_functions).unwrap_or(Hashing::DIGEST);
         let first_seq = {
@@ -132,6 +144,9 @@ impl Summaries {
             exchanging,
             published: Mutex::new(None),
             refresh: Mutex::new(HashMap::new()),
+            min_capacity,
+            wake: Notify::new(),
+            woken: AtomicBool::new(false),
             counters: SummaryCounters::default(),
         };
         // The (empty) digest is there from the first request on, not from the first tick of
@@ -215,91 +230,84 @@ impl Summaries {
     }
 }
 
-/// Follows the store: keeps our summary current, sends updates, rebuilds the digest.
-pub(crate) async fn run_local(
-    shared: Arc<Shared>,
-    mut events: tokio::sync::broadcast::Receiver<StoreEvent>,
-    mut stop: watch::Receiver<bool>,
-) {
+impl StoreFollower for Summaries {
+    /// Folds the store's changes into the counting filter, and wakes [`run_local`] when that
+    /// makes an update due or the filter no longer fits the store. A filter update is a tenth
+    /// of a microsecond; handing events to a task cost more than that.
+    fn changed(&self, events: &[StoreEvent]) {
+        let mut local = self.local.lock();
+        for ev in events {
+            let key = ev.key().0;
+            if ev.is_admission() {
+                local.admitted(&key);
+            } else {
+                local.removed(&key);
+            }
+        }
+        let work = (self.protocol == Protocol::Summary && local.due())
+            || local.resize_to(self.min_capacity).is_some();
+        drop(local);
+        if work && !self.woken.swap(true, Relaxed) {
+            self.wake.notify_one();
+        }
+    }
+}
+
+/// Sends our updates when they are due, resizes the filter to the store, rebuilds the digest we
+/// serve. Attach `s` as the cache's follower before this runs.
+pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let Some(s) = shared.coop.summaries() else {
         return;
     };
     let period = shared.config.cooperation.digest_rebuild_period;
-    let min_capacity = u32::try_from(shared.config.store.memory / AVG_OBJECT_SIZE)
-        .unwrap_or(u32::MAX)
-        .max(100);
     s.publish(period);
     let mut rebuild = tokio::time::interval(period);
     rebuild.tick().await;
-    // Store events are drained on a short tick rather than on each event: waking a task for
-    // every admission cost more CPU than the summary itself (a wake-up is microseconds, a
-    // filter update a tenth of one).
-    let mut drain = tokio::time::interval(DRAIN_INTERVAL);
-    drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ticks = 0u32;
+    let mut next_update = tokio::time::Instant::now();
     loop {
         tokio::select! {
-            _ = drain.tick() => {}
+            _ = s.wake.notified() => {}
             _ = rebuild.tick() => {
                 s.publish(period);
                 continue;
             }
             _ = stop.changed() => return,
         }
-        let mut lagged = false;
-        let updates = {
-            let mut local = s.local.lock();
-            loop {
-                match events.try_recv() {
-                    Ok(ev) => apply(&mut local, &ev),
-                    Err(TryRecvError::Lagged(_)) => {
-                        lagged = true;
-                        break;
-                    }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Closed) => return,
-                }
+        if s.protocol == Protocol::Summary {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next_update) => {}
+                _ = stop.changed() => return,
             }
-            if !lagged && s.protocol == Protocol::Summary && local.due() {
+        }
+        s.woken.store(false, Relaxed);
+        let (updates, resize) = {
+            let mut local = s.local.lock();
+            let updates = if s.protocol == Protocol::Summary && local.due() {
                 local.take_updates()
             } else {
                 Vec::new()
-            }
+            };
+            (updates, local.resize_to(s.min_capacity))
         };
-        if lagged {
-            tracing::warn!("summary fell behind the store; rebuilding it from the store");
-            rebuild_from_store(&shared, s, None);
-        }
         if !updates.is_empty() {
             send_updates(&shared, s, &updates).await;
+            next_update = tokio::time::Instant::now() + UPDATE_SPACING;
         }
-        ticks = ticks.wrapping_add(1);
-        if ticks % 4 == 0 {
-            let resize = s.local.lock().resize_to(min_capacity);
-            if let Some(capacity) = resize {
-                tracing::info!(capacity, "resizing the summary to the store");
-                rebuild_from_store(&shared, s, Some(capacity));
-                if s.protocol == Protocol::Digest {
-                    s.publish(period);
-                }
+        if let Some(capacity) = resize {
+            tracing::info!(capacity, "resizing the summary to the store");
+            rebuild_from_store(&shared, s, capacity);
+            if s.protocol == Protocol::Digest {
+                s.publish(period);
             }
         }
     }
 }
 
-fn apply(local: &mut LocalSummary, ev: &StoreEvent) {
-    let key = ev.key().0;
-    if ev.is_admission() {
-        local.admitted(&key);
-    } else {
-        local.removed(&key);
-    }
-}
-
-fn rebuild_from_store(shared: &Shared, s: &Summaries, capacity: Option<u32>) {
-    let keys = shared.cache.keys();
-    let mut local = s.local.lock();
-    let capacity = capacity.unwrap_or_else(|| local.filter().capacity());
+/// Rebuilds our filter from the store's keys. The filter's lock is taken before the store can
+/// change again, so every change after the snapshot is folded in after the rebuild, none lost
+/// or counted twice (stores wait for the rebuild: a rare, millisecond pause).
+fn rebuild_from_store(shared: &Shared, s: &Summaries, capacity: u32) {
+    let (keys, mut local) = shared.cache.keys_then(|| s.local.lock());
     local.rebuild(capacity, keys.iter().map(|k| &k.0));
 }
 
@@ -607,4 +615,82 @@ pub(crate) fn serve(shared: &Shared, which: Internal) -> (StatusCode, HeaderMap,
     }
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
     (status, headers, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{Cache, CachedObject};
+    use crate::semantics::Freshness;
+    use meshcache_store::{InvalidateCause, Replacement, StoreConfig, StoreKey};
+
+    fn object() -> CachedObject {
+        let f = Freshness {
+            response_time: 0,
+            initial_age: 0,
+            lifetime: 60,
+            directives: Default::default(),
+        };
+        CachedObject::new(
+            StatusCode::OK,
+            &HeaderMap::new(),
+            Bytes::from_static(b"x"),
+            f,
+        )
+    }
+
+    fn follower(protocol: &str) -> (Cache, Arc<Summaries>) {
+        let config = Config::from_toml(&format!(
+            "[cooperation]\nprotocol = \"{protocol}\"\nsummary_capacity = 1000\n"
+        ))
+        .expect("config");
+        let summaries = Arc::new(Summaries::new(&config).expect("keeps summaries"));
+        let cache = Cache::new(StoreConfig {
+            capacity: 1 << 20,
+            max_object_size: 1 << 16,
+            replacement: Replacement::Lru,
+        });
+        assert!(cache.follow(summaries.clone()));
+        (cache, summaries)
+    }
+
+    fn url(i: u32) -> String {
+        format!("http://a.test/{i}")
+    }
+
+    #[tokio::test]
+    async fn the_filter_follows_the_store_and_wakes_the_sender_once_an_update_is_due() {
+        let (cache, s) = follower("summary");
+        // 1 % of a 1,000-entry filter: the tenth change makes an update due.
+        for i in 0..9 {
+            cache.insert(&url(i), &HeaderMap::new(), object());
+        }
+        assert_eq!(s.local.lock().filter().entries(), 9);
+        assert!(!s.woken.load(Relaxed), "nothing due yet");
+        cache.insert(&url(9), &HeaderMap::new(), object());
+        assert!(s.woken.load(Relaxed));
+        tokio::time::timeout(Duration::from_secs(5), s.wake.notified())
+            .await
+            .expect("the sender is woken");
+        for i in 0..10 {
+            assert!(s.local.lock().contains(&StoreKey::get(&url(i)).0));
+        }
+        cache.invalidate(&url(3), InvalidateCause::Explicit);
+        let local = s.local.lock();
+        assert_eq!(local.filter().entries(), 9);
+        assert!(!local.contains(&StoreKey::get(&url(3)).0));
+    }
+
+    #[test]
+    fn digests_wake_nothing_for_changes() {
+        let (cache, s) = follower("digest");
+        for i in 0..50 {
+            cache.insert(&url(i), &HeaderMap::new(), object());
+        }
+        assert_eq!(s.local.lock().filter().entries(), 50);
+        assert!(
+            !s.woken.load(Relaxed),
+            "a digest is rebuilt on its schedule only"
+        );
+    }
 }

@@ -9,11 +9,14 @@
 //! - `Summaries::new`: the filter is sized for `summary_capacity` documents, or the store's
 //!   bytes at 13 KiB an object (Squid's `store_avg_object_size`), at least 100; the digest is
 //!   published at once.
-//! - `run_local`: store events wait for the next 250 ms drain tick; then, with `summary`, the
-//!   updates [`LocalSummary::due`] says are due go by ICP (`ICP_OP_DIRUPDATE`, encoded once,
-//!   one datagram per peer and message); every fourth tick (the proxy's tick counter) the
-//!   filter is resized if the store outgrew it, rebuilt from the store's keys (and, with
-//!   `digest`, republished); with `digest`, it is rebuilt every `digest_interval`.
+//! - `StoreFollower::changed`: store events are folded into the filter as the store makes
+//!   them; when that makes an update due (`summary`) or the filter no longer fits the store,
+//!   `run_local` is woken.
+//! - `run_local`: with `summary`, it waits until 250 ms after its last update
+//!   (`UPDATE_SPACING`), then the updates [`LocalSummary::due`] says are due go by ICP
+//!   (`ICP_OP_DIRUPDATE`, encoded once, one datagram per peer and message); a filter that no
+//!   longer fits the store is rebuilt from the store's keys (and, with `digest`, republished);
+//!   with `digest`, it is rebuilt every `digest_interval`.
 //! - `on_update_datagram`: a decoded update goes to [`PeerSummaries::on_update`]; its sender is
 //!   alive for ICP (`heard_from`); one that is held (a gap, a restart) asks for a fetch.
 //! - `run_fetch`: a check every second (from the start: every summary is wanted then) turns the
@@ -27,14 +30,13 @@
 //!   just them. An ICP MISS from a queried peer, or a 504 from a digest's sibling, is a false
 //!   hit.
 //!
-//! Timers: drain ticks and the checks that follow startup or a gap are [`Ev::Tick`]s (work a
+//! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are [`Ev::Tick`]s (work a
 //! serial replay waits for); digest rebuilds, refreshes and retries after a refused summary
 //! are [`Ev::Timer`]s, which nothing waits for (the run ends when only they are left).
 //! Virtual time 0 is taken to fall on a whole second (HTTP dates have whole seconds).
 //!
 //! Not modelled: failed or timed-out fetches (`peer_response_timeout` × 2 in the proxy; here
-//! a fetch always arrives), store events lost to a slow consumer (the proxy's lagged
-//! broadcast), and the false hit a parent's `X-Cache: MISS` makes of a digest's parent hit
+//! a fetch always arrives), and the false hit a parent's `X-Cache: MISS` makes of a digest's parent hit
 //! (the engine tells a protocol of a sibling's 504, not of a parent's miss). With `summary`
 //! the proxy also rebuilds a digest for Squid peers; nobody fetches it here, so it is not built.
 
@@ -58,10 +60,8 @@ use crate::spec::{Protocol, SimSpec};
 
 /// Squid's `store_avg_object_size`, used to size the summary from the store's byte budget.
 const AVG_OBJECT_SIZE: u64 = 13 * 1024;
-/// How often store events are folded into the summary (the proxy's `DRAIN_INTERVAL`).
-const DRAIN_INTERVAL: u64 = 250_000_000;
-/// The resize check runs on every this many drain ticks.
-const RESIZE_EVERY: u64 = 4;
+/// The least time between two updates of a node (the proxy's `UPDATE_SPACING`).
+const UPDATE_SPACING: u64 = 250_000_000;
 /// How often due fetches are looked for (the proxy's `FETCH_CHECK_INTERVAL`).
 const FETCH_CHECK_INTERVAL: u64 = 1_000_000_000;
 /// The shortest wait between two fetches from one peer (the proxy's `PeerSummaries`).
@@ -102,10 +102,8 @@ pub(crate) struct NodeState {
     /// The store's bytes at 13 KiB an object, at least 100: the smallest capacity a resize
     /// picks.
     min_capacity: u32,
-    /// Store events not folded in yet: key, and whether it was an admission.
-    events: Vec<([u8; 16], bool)>,
-    /// Events were folded in since the last resize check.
-    resize_owed: bool,
+    /// No update goes out before this (virtual ns).
+    next_update: u64,
     /// The digest we serve (digest protocol): its encoding and when it expires.
     published: Option<(Body, u64)>,
     /// Digests: when each peer's digest should be fetched again.
@@ -117,7 +115,7 @@ pub(crate) struct NodeState {
     fetching: Option<PeerId>,
     /// A check came while fetches were under way: it runs when they end.
     check_missed: bool,
-    /// When the next drain tick, fetch check and digest rebuild are due.
+    /// When `run_local` runs next (it was woken), the next fetch check and digest rebuild.
     drain_at: Option<u64>,
     check_at: Option<u64>,
     rebuild_at: Option<u64>,
@@ -164,8 +162,7 @@ impl NodeState {
             local,
             peers: PeerSummaries::new(peers, MIN_FETCH_INTERVAL),
             min_capacity,
-            events: Vec::new(),
-            resize_owed: false,
+            next_update: 0,
             published: None,
             refresh: BTreeMap::new(),
             wanting: vec![true; peers],
@@ -271,15 +268,23 @@ pub(crate) fn on_refused(sim: &mut Sim<'_>, node: NodeIx, peer: PeerId) {
     }
 }
 
-/// `node`'s store did `events`: they wait for the next drain tick.
+/// `node`'s store did `events` (`Summaries::changed`): folded in now; `run_local` is woken
+/// when an update is due or the filter no longer fits the store.
 pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, events: &[StoreEvent], t: u64) {
-    if events.is_empty() {
-        return;
-    }
+    let summary = sim.spec.protocol.name == Protocol::Summary;
     let s = &mut sim.proto.summary[node as usize];
-    s.events
-        .extend(events.iter().map(|e| (e.key().0, e.is_admission())));
-    set_drain(sim, node, after(t, DRAIN_INTERVAL));
+    for e in events {
+        if e.is_admission() {
+            s.local.admitted(&e.key().0);
+        } else {
+            s.local.removed(&e.key().0);
+        }
+    }
+    let work = (summary && s.local.due()) || s.local.resize_to(s.min_capacity).is_some();
+    if work && s.drain_at.is_none() {
+        let at = if summary { t.max(s.next_update) } else { t };
+        set_drain(sim, node, at);
+    }
 }
 
 /// A summary message arrived at `to` (its CPU is done with it at `t`).
@@ -333,23 +338,13 @@ fn set_check(sim: &mut Sim<'_>, node: NodeIx, at: u64, background: bool) {
     }
 }
 
-/// A drain tick (`run_local`'s loop body): folds the store events in, sends the updates that
-/// are due, and on every fourth tick resizes the filter if the store outgrew it.
+/// `run_local`'s loop body after a wake-up: sends the updates that are due and resizes the
+/// filter if the store outgrew it.
 fn drain(sim: &mut Sim<'_>, node: NodeIx) {
     let now = sim.now;
     let protocol = sim.spec.protocol.name;
     let s = &mut sim.proto.summary[node as usize];
     s.drain_at = None;
-    if !s.events.is_empty() {
-        s.resize_owed = true;
-    }
-    for (key, admitted) in s.events.drain(..) {
-        if admitted {
-            s.local.admitted(&key);
-        } else {
-            s.local.removed(&key);
-        }
-    }
     let updates = if protocol == Protocol::Summary && s.local.due() {
         s.local.take_updates()
     } else {
@@ -357,27 +352,16 @@ fn drain(sim: &mut Sim<'_>, node: NodeIx) {
     };
     if !updates.is_empty() {
         s.update_rounds += 1;
+        s.next_update = now + UPDATE_SPACING;
         send_updates(sim, node, &updates, now);
     }
-    // The proxy counts its ticks from the one at start: the 4th, 8th… check the size.
-    let tick = now / DRAIN_INTERVAL;
     let s = &mut sim.proto.summary[node as usize];
-    if s.resize_owed && tick % RESIZE_EVERY == RESIZE_EVERY - 1 {
-        s.resize_owed = false;
-        if let Some(capacity) = s.local.resize_to(s.min_capacity) {
-            let store = &sim.nodes[node as usize].store;
-            s.local.rebuild(capacity, store.keys().map(|k| &k.0));
-            if protocol == Protocol::Digest {
-                s.publish(now, ns(sim.spec.protocol.digest_interval));
-            }
+    if let Some(capacity) = s.local.resize_to(s.min_capacity) {
+        let store = &sim.nodes[node as usize].store;
+        s.local.rebuild(capacity, store.keys().map(|k| &k.0));
+        if protocol == Protocol::Digest {
+            s.publish(now, ns(sim.spec.protocol.digest_interval));
         }
-    }
-    if s.resize_owed {
-        // Only events folded in since the last check can make a resize due: the next check
-        // matters only then.
-        let next = after(now, DRAIN_INTERVAL) / DRAIN_INTERVAL;
-        let next = next + (RESIZE_EVERY - 1 + RESIZE_EVERY - next % RESIZE_EVERY) % RESIZE_EVERY;
-        set_drain(sim, node, next * DRAIN_INTERVAL);
     }
 }
 
