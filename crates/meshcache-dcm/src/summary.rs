@@ -70,6 +70,15 @@ pub struct LocalStats {
     pub rebuilds: u64,
 }
 
+/// Adds every key to a counting filter.
+pub fn add_all<'a>(filter: &mut CountingBloom, keys: impl IntoIterator<Item = &'a [u8; 16]>) {
+    let mut sink = Vec::new();
+    for key in keys {
+        filter.add(key, &mut sink);
+        sink.clear();
+    }
+}
+
 impl LocalSummary {
     /// An empty summary sized for `capacity` documents at `bits_per_entry`, publishing
     /// updates when `threshold` (a share, e.g. 0.01) of its documents changed. `first_seq` is
@@ -149,16 +158,24 @@ impl LocalSummary {
     /// Rebuilds the filter from the store's keys (after a resize, or when store events were
     /// lost). Peers notice a jump in the update numbering and fetch the whole array.
     pub fn rebuild<'a>(&mut self, capacity: u32, keys: impl IntoIterator<Item = &'a [u8; 16]>) {
-        let mut filter = CountingBloom::with_hashing(
+        let mut filter = self.empty_like(capacity);
+        add_all(&mut filter, keys);
+        self.install(filter);
+    }
+
+    /// An empty filter of our kind (bits per entry, hashing) sized for `capacity`: for a
+    /// caller that fills it ([`add_all`]) without holding us, then [`LocalSummary::install`]s it.
+    pub fn empty_like(&self, capacity: u32) -> CountingBloom {
+        CountingBloom::with_hashing(
             capacity,
             self.filter.bits_per_entry(),
             self.filter.hashing(),
-        );
-        let mut sink = Vec::new();
-        for key in keys {
-            filter.add(key, &mut sink);
-            sink.clear();
-        }
+        )
+    }
+
+    /// Replaces the filter with one rebuilt from the store (see [`LocalSummary::empty_like`]).
+    /// Peers notice a jump in the update numbering and fetch the whole array.
+    pub fn install(&mut self, filter: CountingBloom) {
         self.filter = filter;
         self.pending.clear();
         self.added_docs = 0;

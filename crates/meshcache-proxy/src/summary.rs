@@ -26,7 +26,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
-use meshcache_dcm::summary::{LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
+use meshcache_dcm::summary::{add_all, LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
 use meshcache_dcm::PeerId;
 use meshcache_store::StoreEvent;
 use meshcache_summary::{CacheDigest, Hashing};
@@ -62,6 +62,36 @@ struct Published {
     expires: SystemTime,
 }
 
+/// Our own summary, and while a rebuild is under way, the store's changes since the snapshot
+/// of keys it is built from (replayed onto the new filter when it is installed).
+struct Local {
+    summary: LocalSummary,
+    since_snapshot: Option<Vec<([u8; 16], bool)>>,
+}
+
+impl std::ops::Deref for Local {
+    type Target = LocalSummary;
+    fn deref(&self) -> &LocalSummary {
+        &self.summary
+    }
+}
+
+impl std::ops::DerefMut for Local {
+    fn deref_mut(&mut self) -> &mut LocalSummary {
+        &mut self.summary
+    }
+}
+
+impl Local {
+    fn apply(&mut self, key: &[u8; 16], admitted: bool) {
+        if admitted {
+            self.summary.admitted(key);
+        } else {
+            self.summary.removed(key);
+        }
+    }
+}
+
 /// Node-wide summary counters.
 #[derive(Debug, Default)]
 pub struct SummaryCounters {
@@ -80,7 +110,7 @@ pub struct SummaryCounters {
 /// The summary state of a node.
 pub struct Summaries {
     protocol: Protocol,
-    local: Mutex<LocalSummary>,
+    local: Mutex<Local>,
     peers: Mutex<PeerSummaries>,
     /// Per peer: do we exchange summaries with it (not `no_digest`; `summary` needs its ICP).
     exchanging: Vec<bool>,
@@ -136,7 +166,10 @@ impl Summaries {
             .collect();
         let summaries = Summaries {
             protocol: c.protocol,
-            local: Mutex::new(local),
+            local: Mutex::new(Local {
+                summary: local,
+                since_snapshot: None,
+            }),
             peers: Mutex::new(PeerSummaries::new(
                 config.peers.len(),
                 Duration::from_secs(1),
@@ -237,11 +270,10 @@ impl StoreFollower for Summaries {
     fn changed(&self, events: &[StoreEvent]) {
         let mut local = self.local.lock();
         for ev in events {
-            let key = ev.key().0;
-            if ev.is_admission() {
-                local.admitted(&key);
-            } else {
-                local.removed(&key);
+            let (key, admitted) = (ev.key().0, ev.is_admission());
+            local.apply(&key, admitted);
+            if let Some(since) = &mut local.since_snapshot {
+                since.push((key, admitted));
             }
         }
         let work = (self.protocol == Protocol::Summary && local.due())
@@ -295,7 +327,7 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         }
         if let Some(capacity) = resize {
             tracing::info!(capacity, "resizing the summary to the store");
-            rebuild_from_store(&shared, s, capacity);
+            rebuild_from_store(&shared.cache, s, capacity);
             if s.protocol == Protocol::Digest {
                 s.publish(period);
             }
@@ -303,12 +335,23 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     }
 }
 
-/// Rebuilds our filter from the store's keys. The filter's lock is taken before the store can
-/// change again, so every change after the snapshot is folded in after the rebuild, none lost
-/// or counted twice (stores wait for the rebuild: a rare, millisecond pause).
-fn rebuild_from_store(shared: &Shared, s: &Summaries, capacity: u32) {
-    let (keys, mut local) = shared.cache.keys_then(|| s.local.lock());
-    local.rebuild(capacity, keys.iter().map(|k| &k.0));
+/// Rebuilds our filter from the store's keys, without holding the store or the filter while
+/// it is built: the changes the store makes after its keys are copied are recorded (the
+/// recording starts before the store's lock is released) and replayed onto the new filter as
+/// it is installed, so none is lost or counted twice.
+fn rebuild_from_store(cache: &crate::cache::Cache, s: &Summaries, capacity: u32) {
+    let (keys, mut filter) = cache.keys_then(|| {
+        let mut local = s.local.lock();
+        local.since_snapshot = Some(Vec::new());
+        local.empty_like(capacity)
+    });
+    add_all(&mut filter, keys.iter().map(|k| &k.0));
+    let mut local = s.local.lock();
+    let since = local.since_snapshot.take().unwrap_or_default();
+    local.install(filter);
+    for (key, admitted) in since {
+        local.apply(&key, admitted);
+    }
 }
 
 /// Sends update messages to every peer we exchange summaries with.
@@ -646,7 +689,7 @@ mod tests {
         .expect("config");
         let summaries = Arc::new(Summaries::new(&config).expect("keeps summaries"));
         let cache = Cache::new(StoreConfig {
-            capacity: 1 << 20,
+            capacity: 1 << 24,
             max_object_size: 1 << 16,
             replacement: Replacement::Lru,
         });
@@ -692,5 +735,39 @@ mod tests {
             !s.woken.load(Relaxed),
             "a digest is rebuilt on its schedule only"
         );
+    }
+
+    #[test]
+    fn a_rebuild_loses_no_change_the_store_makes_meanwhile() {
+        let (cache, s) = follower("summary");
+        let writer = {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                for i in 0..3000 {
+                    cache.insert(&url(i), &HeaderMap::new(), object());
+                    if i % 3 == 0 {
+                        cache.invalidate(&url(i / 2), InvalidateCause::Explicit);
+                    }
+                }
+            })
+        };
+        let mut rebuilds = 0;
+        while !writer.is_finished() || rebuilds < 20 {
+            rebuild_from_store(&cache, &s, 2000 + rebuilds);
+            rebuilds += 1;
+        }
+        writer.join().expect("writer");
+        let stored = cache.keys();
+        let local = s.local.lock();
+        assert!(local.since_snapshot.is_none());
+        assert_eq!(local.stats().rebuilds, u64::from(rebuilds));
+        assert_eq!(
+            local.filter().entries(),
+            stored.len() as u64,
+            "{rebuilds} rebuilds"
+        );
+        for key in &stored {
+            assert!(local.contains(&key.0));
+        }
     }
 }
