@@ -299,6 +299,7 @@ impl Coop {
                 .lock()
                 .begin(Instant::now(), url, host, hierarchical),
             Some(s) => {
+                s.read_inbox(self, crate::summary::INBOX_POLL);
                 let hits = if hierarchical || self.has_parents {
                     s.candidates(&meshcache_store::StoreKey::get(url).0)
                 } else {
@@ -764,7 +765,7 @@ fn handle_datagram(
     }
     if datagram.first() == Some(&meshcache_wire::summary::OPCODE_DIRUPDATE) {
         // Summary upkeep serves our own searches.
-        crate::summary::on_update_datagram(shared, datagram, from);
+        crate::summary::on_update_datagram(&shared.coop, datagram, from);
         return (None, Category::Search);
     }
     let opcode = datagram.first().and_then(|&b| icp::Opcode::from_u8(b));

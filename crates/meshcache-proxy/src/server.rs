@@ -241,6 +241,7 @@ impl Proxy {
             }
         }
         if let Some(summaries) = shared.coop.summary_follower() {
+            summaries.bind_inbox(shared.config.cooperation.icp_listen.ip());
             // Attached before the first client is accepted: no admission goes unseen.
             if !shared.cache.follow(summaries) {
                 tracing::error!("the store already has a follower; the summary will not see it");

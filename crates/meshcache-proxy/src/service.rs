@@ -111,7 +111,8 @@ pub(crate) async fn handle(
     }
     if let Some(which) = crate::summary::internal(&shared.config, &parts.uri) {
         if parts.method == Method::GET || parts.method == Method::HEAD {
-            return Ok(internal(&shared, txn, which, parts.method == Method::HEAD));
+            let head = parts.method == Method::HEAD;
+            return Ok(internal(&shared, txn, which, &parts.headers, head));
         }
     }
     if parts.method == Method::CONNECT {
@@ -1063,9 +1064,10 @@ fn internal(
     shared: &Shared,
     mut txn: Transaction,
     which: crate::summary::Internal,
+    request: &HeaderMap,
     head: bool,
 ) -> Response<ProxyBody> {
-    let (status, mut headers, body) = crate::summary::serve(shared, which);
+    let (status, mut headers, body) = crate::summary::serve(shared, which, request);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
     headers::append_via(&mut headers, &shared.via);
     txn.result = if status == StatusCode::OK {

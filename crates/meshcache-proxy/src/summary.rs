@@ -9,6 +9,11 @@
 //!   changed documents passes the threshold; a store that outgrew the filter (or shrank far
 //!   below it) has it rebuilt from the store's keys; with `digest`, the Cache Digest we serve is
 //!   rebuilt every `digest_rebuild_period`.
+//! - Peers' updates (`summary`) come to our *inbox*, a UDP socket on our ICP address that
+//!   nothing waits on, so an update never wakes the node: it is read before summary lookups (at
+//!   most every [`INBOX_POLL`]) and once a second by [`run_local`] when no lookup did. A node
+//!   names its inbox to a peer in its fetch of the peer's whole summary ([`INBOX_HEADER`]);
+//!   until then, or for a peer that names none, updates go to the peer's ICP port.
 //! - [`run_fetch`] fetches whole summaries from peers: at start, when deltas were lost or a
 //!   peer restarted, and (digests) when a peer's digest expires. A summary that fails the
 //!   checks is refused with a counted, logged reason; the peer then counts as a miss.
@@ -19,7 +24,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -52,6 +57,16 @@ const UPDATE_SPACING: Duration = Duration::from_millis(250);
 /// How often due fetches of peers' summaries are looked for (each wake-up of an idle node
 /// costs CPU; a lost delta waits at most this long for its repair).
 const FETCH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// Request header of a fetch of a peer's whole summary that tells the peer where to send our
+/// updates instead of our ICP port: `ICP; inbox=PORT`, our ICP address and the inbox's port
+/// on the same address.
+pub const INBOX_HEADER: &str = "meshcache-summary-inbox";
+/// How often, at most, a summary lookup reads the inbox (one non-blocking receive when empty).
+pub(crate) const INBOX_POLL: Duration = Duration::from_millis(50);
+/// How often the inbox is read when no lookup did: an idle node's peers' updates wait this long.
+const INBOX_IDLE: Duration = Duration::from_secs(1);
+/// Receive buffer for one update datagram (the largest is 32 + 4 × 360 bytes).
+const INBOX_BUFFER: usize = 2048;
 /// The largest summary body we accept from a peer.
 const MAX_SUMMARY_BODY: usize = 64 << 20;
 
@@ -101,6 +116,8 @@ pub struct SummaryCounters {
     pub update_bytes_sent: AtomicU64,
     /// Update datagrams received that did not decode, or came from nobody we exchange with.
     pub bad_updates: AtomicU64,
+    /// Update datagrams read from our inbox (the others came to the ICP socket).
+    pub inbox_received: AtomicU64,
     /// Our digest or summary served to others.
     pub served: AtomicU64,
     /// Bytes of those.
@@ -123,6 +140,14 @@ pub struct Summaries {
     wake: Notify,
     /// Set when `wake` was notified and [`run_local`] has not looked yet (one wake-up per job).
     woken: AtomicBool,
+    /// Our update inbox (summary protocol): a non-blocking socket nobody waits on, read before
+    /// lookups and by [`run_local`] when idle, so a peer's update never wakes this node.
+    inbox: OnceLock<std::net::UdpSocket>,
+    /// Per peer: its inbox, once its fetch of our summary named one.
+    inboxes: Mutex<Vec<Option<SocketAddr>>>,
+    /// When the inbox was last read (ms after `epoch`).
+    inbox_read: AtomicU64,
+    epoch: Instant,
     /// Counters.
     pub counters: SummaryCounters,
 }
@@ -180,12 +205,73 @@ impl Summaries {
             min_capacity,
             wake: Notify::new(),
             woken: AtomicBool::new(false),
+            inbox: OnceLock::new(),
+            inboxes: Mutex::new(vec![None; config.peers.len()]),
+            inbox_read: AtomicU64::new(0),
+            epoch: Instant::now(),
             counters: SummaryCounters::default(),
         };
         // The (empty) digest is there from the first request on, not from the first tick of
         // the task that follows the store.
         summaries.publish(c.digest_rebuild_period);
         Some(summaries)
+    }
+
+    /// Binds our update inbox on `ip` (summary protocol). Without one (an error, which is
+    /// logged), peers send our updates to the ICP port as before.
+    pub(crate) fn bind_inbox(&self, ip: IpAddr) {
+        if self.protocol != Protocol::Summary || ip.is_unspecified() {
+            return;
+        }
+        let bound = std::net::UdpSocket::bind(SocketAddr::new(ip, 0))
+            .and_then(|socket| socket.set_nonblocking(true).map(|()| socket));
+        match bound {
+            Ok(socket) => {
+                let _ = self.inbox.set(socket);
+            }
+            Err(e) => {
+                tracing::warn!(%ip, error = %e, "no summary inbox; peers' updates come to the ICP port")
+            }
+        }
+    }
+
+    /// Our inbox's address, when we have one.
+    pub fn inbox_addr(&self) -> Option<SocketAddr> {
+        self.inbox.get().and_then(|s| s.local_addr().ok())
+    }
+
+    /// A peer's fetch of our summary named its inbox in `value` (`ICP; inbox=PORT`): our
+    /// updates for the peer whose ICP address that is go there from now on.
+    pub(crate) fn peer_inbox(&self, coop: &crate::coop::Coop, value: &str) -> Option<PeerId> {
+        let (icp, port) = value.split_once(';')?;
+        let icp: SocketAddr = icp.trim().parse().ok()?;
+        let port: u16 = port.trim().strip_prefix("inbox=")?.parse().ok()?;
+        let peer = coop.peer_at(icp).filter(|&p| self.exchanging(p))?;
+        let mut inboxes = self.inboxes.lock();
+        *inboxes.get_mut(peer.0)? = Some(SocketAddr::new(icp.ip(), port));
+        Some(peer)
+    }
+
+    /// Reads every update waiting in our inbox, if it was not read in the last `within`.
+    pub(crate) fn read_inbox(&self, coop: &crate::coop::Coop, within: Duration) {
+        let Some(inbox) = self.inbox.get() else {
+            return;
+        };
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let last = self.inbox_read.load(Relaxed);
+        if now < last + within.as_millis() as u64
+            || self
+                .inbox_read
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let mut buf = [0u8; INBOX_BUFFER];
+        while let Ok((n, from)) = inbox.recv_from(&mut buf) {
+            self.counters.inbox_received.fetch_add(1, Relaxed);
+            on_update(coop, self, &buf[..n], from);
+        }
     }
 
     /// Whether we exchange summaries with `peer`.
@@ -245,6 +331,8 @@ impl Summaries {
             "updates_sent": self.counters.updates_sent.load(Relaxed),
             "update_bytes_sent": self.counters.update_bytes_sent.load(Relaxed),
             "bad_updates": self.counters.bad_updates.load(Relaxed),
+            "inbox": self.inbox_addr().map(|a| a.to_string()),
+            "inbox_received": self.counters.inbox_received.load(Relaxed),
             "served": self.counters.served.load(Relaxed),
             "served_bytes": self.counters.served_bytes.load(Relaxed),
             "peers": reports,
@@ -296,11 +384,17 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     let mut rebuild = tokio::time::interval(period);
     rebuild.tick().await;
     let mut next_update = tokio::time::Instant::now();
+    let mut idle = tokio::time::interval(INBOX_IDLE);
+    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = s.wake.notified() => {}
             _ = rebuild.tick() => {
                 s.publish(period);
+                continue;
+            }
+            _ = idle.tick(), if s.inbox.get().is_some() => {
+                s.read_inbox(&shared.coop, INBOX_IDLE / 2);
                 continue;
             }
             _ = stop.changed() => return,
@@ -359,14 +453,17 @@ async fn send_updates(shared: &Shared, s: &Summaries, updates: &[wire::DirUpdate
     let Some(socket) = shared.coop.icp_socket() else {
         return;
     };
-    let targets: Vec<SocketAddr> = shared
-        .config
-        .peers
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| s.exchanging(PeerId(*i)))
-        .filter_map(|(_, p)| p.icp)
-        .collect();
+    let targets: Vec<SocketAddr> = {
+        let inboxes = s.inboxes.lock();
+        shared
+            .config
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| s.exchanging(PeerId(*i)))
+            .filter_map(|(i, p)| inboxes.get(i).copied().flatten().or(p.icp))
+            .collect()
+    };
     let mut datagram = Vec::with_capacity(1500);
     for u in updates {
         datagram.clear();
@@ -391,12 +488,18 @@ async fn send_updates(shared: &Shared, s: &Summaries, updates: &[wire::DirUpdate
 }
 
 /// An `ICP_OP_DIRUPDATE` datagram arrived from `from`.
-pub(crate) fn on_update_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) {
-    let Some(s) = shared.coop.summaries() else {
-        shared.coop.counters.dropped.fetch_add(1, Relaxed);
-        return;
-    };
-    let peer = shared.coop.peer_at(from).filter(|&p| s.exchanging(p));
+pub(crate) fn on_update_datagram(coop: &crate::coop::Coop, datagram: &[u8], from: SocketAddr) {
+    match coop.summaries() {
+        Some(s) => on_update(coop, s, datagram, from),
+        None => {
+            coop.counters.dropped.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+/// An update datagram for `s` (to the ICP port or the inbox) from `from`.
+fn on_update(coop: &crate::coop::Coop, s: &Summaries, datagram: &[u8], from: SocketAddr) {
+    let peer = coop.peer_at(from).filter(|&p| s.exchanging(p));
     let Some(peer) = peer else {
         let n = s.counters.bad_updates.fetch_add(1, Relaxed) + 1;
         if n.is_power_of_two() {
@@ -406,7 +509,7 @@ pub(crate) fn on_update_datagram(shared: &Shared, datagram: &[u8], from: SocketA
     };
     match wire::decode_dirupdate(datagram) {
         Ok(update) => {
-            shared.coop.heard_from(peer);
+            coop.heard_from(peer);
             let verdict =
                 s.peers
                     .lock()
@@ -467,7 +570,12 @@ async fn fetch_one(shared: &Shared, s: &Summaries, peer: PeerId) {
         _ => SUMMARY_PATH,
     };
     let limit = shared.config.cooperation.peer_response_timeout * 2;
-    let got = tokio::time::timeout(limit, get(shared, spec.http, path)).await;
+    // Our inbox, for the peer to send its updates to (summary protocol).
+    let inbox = s
+        .inbox_addr()
+        .zip(shared.coop.icp_addr())
+        .map(|(inbox, icp)| format!("{icp}; inbox={}", inbox.port()));
+    let got = tokio::time::timeout(limit, get(shared, spec.http, path, inbox.as_deref())).await;
     let now = Instant::now();
     let (body, expires) = match got {
         Ok(Ok(x)) => x,
@@ -525,6 +633,7 @@ async fn get(
     shared: &Shared,
     peer: SocketAddr,
     path: &str,
+    inbox: Option<&str>,
 ) -> Result<(Bytes, Option<SystemTime>), String> {
     let host = peer.ip().to_string();
     let mut req = Request::new(crate::upstream::no_body());
@@ -540,6 +649,9 @@ async fn get(
     );
     h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
     h.insert(header::VIA, shared.via.clone());
+    if let Some(v) = inbox.and_then(|v| HeaderValue::from_str(v).ok()) {
+        h.insert(INBOX_HEADER, v);
+    }
     let (resp, lease) = shared
         .upstream
         .send(&host, peer.port(), req)
@@ -597,7 +709,23 @@ pub(crate) fn internal(config: &Config, uri: &Uri) -> Option<Internal> {
 }
 
 /// The response to an internal request.
-pub(crate) fn serve(shared: &Shared, which: Internal) -> (StatusCode, HeaderMap, Bytes) {
+pub(crate) fn serve(
+    shared: &Shared,
+    which: Internal,
+    request: &HeaderMap,
+) -> (StatusCode, HeaderMap, Bytes) {
+    if let (Internal::Summary, Some(s), Some(v)) = (
+        which,
+        shared.coop.summaries(),
+        request.get(INBOX_HEADER).and_then(|v| v.to_str().ok()),
+    ) {
+        if s.peer_inbox(&shared.coop, v).is_none() {
+            tracing::debug!(
+                inbox = v,
+                "summary inbox named by no peer we exchange with; ignored"
+            );
+        }
+    }
     let mut headers = HeaderMap::new();
     let text = |headers: &mut HeaderMap, msg: &'static str| {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
@@ -769,5 +897,62 @@ mod tests {
         for key in &stored {
             assert!(local.contains(&key.0));
         }
+    }
+
+    #[test]
+    fn a_peer_names_its_inbox_and_nothing_else_does() {
+        let config = Config::from_toml(
+            "[cooperation]\nprotocol = \"summary\"\n\
+             [[peer]]\nname = \"b\"\nrole = \"sibling\"\nhttp = \"127.0.0.2:3128\"\nicp = \"127.0.0.2:3130\"\n\
+             [[peer]]\nname = \"c\"\nrole = \"sibling\"\nhttp = \"127.0.0.3:3128\"\nicp = \"127.0.0.3:3130\"\n",
+        )
+        .expect("config");
+        let coop = crate::coop::Coop::new(&config);
+        let s = coop.summaries().expect("summaries");
+        for bad in [
+            "",
+            "127.0.0.2:3130",
+            "127.0.0.2:3130; inbox=",
+            "127.0.0.2:3130; inbox=70000",
+            "127.0.0.2:3130; port=4000",
+            "nonsense; inbox=4000",
+            "127.0.0.9:3130; inbox=4000",
+            "127.0.0.2:3131; inbox=4000",
+        ] {
+            assert_eq!(s.peer_inbox(&coop, bad), None, "{bad:?}");
+        }
+        assert!(s.inboxes.lock().iter().all(Option::is_none));
+        assert_eq!(
+            s.peer_inbox(&coop, "127.0.0.3:3130; inbox=40001"),
+            Some(PeerId(1))
+        );
+        let want: SocketAddr = "127.0.0.3:40001".parse().expect("addr");
+        assert_eq!(*s.inboxes.lock(), vec![None, Some(want)]);
+    }
+
+    #[test]
+    fn the_inbox_is_read_at_most_once_per_poll_interval() {
+        let (_, s) = follower("summary");
+        let config = Config::from_toml("[cooperation]\nprotocol = \"summary\"\n").expect("config");
+        let coop = crate::coop::Coop::new(&config);
+        s.bind_inbox(IpAddr::from([127, 0, 0, 1]));
+        let inbox = s.inbox_addr().expect("bound");
+        let stranger = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+        stranger.send_to(b"not an update", inbox).expect("send");
+        // Wait for the datagram to be queued (loopback: at once, but not before the send).
+        let until = Instant::now() + Duration::from_secs(5);
+        s.inbox_read.store(0, Relaxed);
+        while s.counters.inbox_received.load(Relaxed) == 0 {
+            assert!(Instant::now() < until, "the datagram is read");
+            s.inbox_read.store(0, Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+            s.read_inbox(&coop, Duration::ZERO);
+        }
+        // Refused (not from a peer), counted, and nothing panics.
+        assert_eq!(s.counters.bad_updates.load(Relaxed), 1);
+        stranger.send_to(b"again", inbox).expect("send");
+        std::thread::sleep(Duration::from_millis(20));
+        s.read_inbox(&coop, Duration::from_secs(3600));
+        assert_eq!(s.counters.inbox_received.load(Relaxed), 1, "read too soon");
     }
 }

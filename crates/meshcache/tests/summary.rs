@@ -57,7 +57,8 @@ async fn summary_cache_queries_only_peers_whose_summary_says_hit() {
     wait_summary(&a, 0, "a has b's array", |p| p["valid"] == true).await;
     wait_summary(&b, 0, "b has a's array", |p| p["valid"] == true).await;
 
-    // b caches objects; its updates (1 % threshold: every admission) reach a by ICP.
+    // b caches objects; its updates (1 % threshold: every admission) reach a's inbox, which a
+    // named when it fetched b's array.
     let urls: Vec<String> = (0..20)
         .map(|i| origin.url(&format!("/sc{i}?size=300&cc=max-age=600")))
         .collect();
@@ -85,6 +86,9 @@ async fn summary_cache_queries_only_peers_whose_summary_says_hit() {
         n(&p["stats"]["updates"]) == sent && p["valid"] == true
     })
     .await;
+    let a_summary = a.stats().await["summary"].clone();
+    assert!(a_summary["inbox"].is_string(), "{a_summary}");
+    assert_eq!(n(&a_summary["inbox_received"]), sent, "{a_summary}");
     let held = &a.stats().await["summary"]["peers"][0];
     assert!(n(&held["entries"]).abs_diff(20) <= 3, "{held}");
     assert_eq!(n(&held["stats"]["gaps"]), 0, "{held}");
@@ -164,12 +168,19 @@ async fn updates_from_strangers_are_refused() {
         .send_to(&forged, a_icp.expect("icp"))
         .await
         .expect("send");
+    // And to a's update inbox.
+    let inbox: std::net::SocketAddr = a.stats().await["summary"]["inbox"]
+        .as_str()
+        .expect("a has an inbox")
+        .parse()
+        .expect("address");
+    stranger.send_to(&forged, inbox).await.expect("send");
     // b's real updates still arrive.
     let u = origin.url("/repair?size=50&cc=max-age=600");
     get(b.addr, &u).await;
     wait_summary(&a, 0, "b's update reaches a", |p| n(&p["entries"]) == 1).await;
     let s = a.stats().await;
-    assert_eq!(n(&s["summary"]["bad_updates"]), 1, "{s}");
+    assert_eq!(n(&s["summary"]["bad_updates"]), 2, "{s}");
     a.stop().await;
     b.stop().await;
 }

@@ -36,7 +36,9 @@
 //! Virtual time 0 is taken to fall on a whole second (HTTP dates have whole seconds).
 //!
 //! Not modelled: failed or timed-out fetches (`peer_response_timeout` × 2 in the proxy; here
-//! a fetch always arrives), and the false hit a parent's `X-Cache: MISS` makes of a digest's parent hit
+//! a fetch always arrives), the update inbox (a live node applies its peers' updates at its
+//! next summary lookup, at most every 50 ms, or within a second when idle; here on arrival),
+//! and the false hit a parent's `X-Cache: MISS` makes of a digest's parent hit
 //! (the engine tells a protocol of a sibling's 504, not of a parent's miss). With `summary`
 //! the proxy also rebuilds a digest for Squid peers; nobody fetches it here, so it is not built.
 
