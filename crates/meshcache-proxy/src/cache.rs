@@ -225,9 +225,10 @@ impl Cache {
         }
     }
 
-    /// The keys of everything stored now, and `then()`'s result (typically the follower's own
-    /// lock) taken before the store can change again: every change after the snapshot reaches
-    /// the follower after `then`'s guard is released, none before.
+    /// The keys of everything stored now, and `then()`'s result. `then` runs under the store's
+    /// lock, after the snapshot and before the store can change again, so a follower can mark
+    /// that point there (start recording changes, take its own lock): every change it is told
+    /// of afterwards is one the snapshot does not hold.
     pub fn keys_then<G>(&self, then: impl FnOnce() -> G) -> (Vec<StoreKey>, G) {
         let store = self.inner.store.lock();
         let keys = store.keys().copied().collect();

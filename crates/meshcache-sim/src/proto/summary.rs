@@ -30,8 +30,8 @@
 //!   just them. An ICP MISS from a queried peer, or a 504 from a digest's sibling, is a false
 //!   hit.
 //!
-//! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are [`Ev::Tick`]s (work a
-//! serial replay waits for); digest rebuilds, refreshes and retries after a refused summary
+//! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are
+//! [`Ev::Tick`]s (work a serial replay waits for); digest rebuilds, refreshes and retries after a refused summary
 //! are [`Ev::Timer`]s, which nothing waits for (the run ends when only they are left).
 //! Virtual time 0 is taken to fall on a whole second (HTTP dates have whole seconds).
 //!
