@@ -108,6 +108,15 @@ impl LocalSummary {
         self.sender = sender;
     }
 
+    /// A store event: the object with `key` was stored (`admitted`) or left the store.
+    pub fn change(&mut self, key: &[u8; 16], admitted: bool) {
+        if admitted {
+            self.admitted(key);
+        } else {
+            self.removed(key);
+        }
+    }
+
     /// An object was stored.
     pub fn admitted(&mut self, key: &[u8; 16]) {
         let mut changes = std::mem::take(&mut self.scratch);

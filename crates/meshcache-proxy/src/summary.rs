@@ -97,16 +97,6 @@ impl std::ops::DerefMut for Local {
     }
 }
 
-impl Local {
-    fn apply(&mut self, key: &[u8; 16], admitted: bool) {
-        if admitted {
-            self.summary.admitted(key);
-        } else {
-            self.summary.removed(key);
-        }
-    }
-}
-
 /// Node-wide summary counters.
 #[derive(Debug, Default)]
 pub struct SummaryCounters {
@@ -359,7 +349,7 @@ impl StoreFollower for Summaries {
         let mut local = self.local.lock();
         for ev in events {
             let (key, admitted) = (ev.key().0, ev.is_admission());
-            local.apply(&key, admitted);
+            local.change(&key, admitted);
             if let Some(since) = &mut local.since_snapshot {
                 since.push((key, admitted));
             }
@@ -444,7 +434,7 @@ fn rebuild_from_store(cache: &crate::cache::Cache, s: &Summaries, capacity: u32)
     let since = local.since_snapshot.take().unwrap_or_default();
     local.install(filter);
     for (key, admitted) in since {
-        local.apply(&key, admitted);
+        local.change(&key, admitted);
     }
 }
 

@@ -20,6 +20,16 @@ fn lab(args: &[&str]) -> Output {
         .expect("meshcache runs")
 }
 
+/// `meshcache lab run FILE --concurrent --out OUT`, with any `extra` arguments before `--out`.
+fn lab_concurrent(file: &Path, extra: &[&str], out: &Path) -> Output {
+    let file = file.to_str().expect("path");
+    let out = out.to_str().expect("path");
+    let mut args = vec!["run", file];
+    args.extend_from_slice(extra);
+    args.extend(["--concurrent", "--out", out]);
+    lab(&args)
+}
+
 /// Runs that start nodes use fixed addresses (127.0.0.10 and up); inside a network namespace of
 /// their own they cannot collide, but where none can be made they must take turns.
 static NODES: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -254,15 +264,7 @@ fn configurations_measured_at_the_same_time() {
     )
     .expect("write");
     let out_dir = dir.path().join("out");
-    let one = lab(&[
-        "run",
-        file.to_str().expect("path"),
-        "--only",
-        "icp",
-        "--concurrent",
-        "--out",
-        out_dir.to_str().expect("path"),
-    ]);
+    let one = lab_concurrent(&file, &["--only", "icp"], &out_dir);
     assert!(!one.status.success());
     assert!(
         String::from_utf8_lossy(&one.stderr).contains("at least two configurations"),
@@ -279,13 +281,7 @@ fn configurations_measured_at_the_same_time() {
     .expect("write");
     let failed_dir = dir.path().join("failed");
     let started = std::time::Instant::now();
-    let failed = lab(&[
-        "run",
-        failing.to_str().expect("path"),
-        "--concurrent",
-        "--out",
-        failed_dir.to_str().expect("path"),
-    ]);
+    let failed = lab_concurrent(&failing, &[], &failed_dir);
     assert!(!failed.status.success());
     let err = String::from_utf8_lossy(&failed.stderr);
     assert!(
@@ -309,13 +305,7 @@ fn configurations_measured_at_the_same_time() {
         processes_mentioning(&needle)
     );
 
-    let out = lab(&[
-        "run",
-        file.to_str().expect("path"),
-        "--concurrent",
-        "--out",
-        out_dir.to_str().expect("path"),
-    ]);
+    let out = lab_concurrent(&file, &[], &out_dir);
     assert!(
         out.status.success(),
         "{}",

@@ -276,11 +276,7 @@ pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, events: &[StoreEv
     let summary = sim.spec.protocol.name == Protocol::Summary;
     let s = &mut sim.proto.summary[node as usize];
     for e in events {
-        if e.is_admission() {
-            s.local.admitted(&e.key().0);
-        } else {
-            s.local.removed(&e.key().0);
-        }
+        s.local.change(&e.key().0, e.is_admission());
     }
     let work = (summary && s.local.due()) || s.local.resize_to(s.min_capacity).is_some();
     if work && s.drain_at.is_none() {
