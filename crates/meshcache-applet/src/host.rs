@@ -136,10 +136,14 @@ pub(crate) struct RunState {
     pub output_overrun: bool,
     max_output: u64,
     copy_left: u64,
+    max_copy: u64,
     pub kv_writes: KvWrites,
     kv_max: u64,
     pub log: Vec<Bytes>,
     log_left: u64,
+    log_per_run: u64,
+    /// Pages of the applet's memory the host wrote ([`crate::rewind::pages`]).
+    dirty: u64,
 }
 
 impl RunState {
@@ -163,17 +167,35 @@ impl RunState {
             output_overrun: false,
             max_output: config.max_output,
             copy_left: config.max_copy,
+            max_copy: config.max_copy,
             kv_writes: KvWrites::new(),
             kv_max: config.kv_max,
             log: Vec::new(),
             log_left: config.log_per_run,
+            log_per_run: config.log_per_run,
+            dirty: 0,
         }
     }
 
-    /// Gives a state made ahead of its hit (with a placeholder invocation) the hit's.
+    /// Gives a state kept ready (made ahead with a placeholder invocation, or left by an
+    /// earlier run and ended) the hit's invocation, and the run's bounds afresh.
     pub fn begin(&mut self, inv: Invocation, items: Arc<dyn Items>) {
         self.inv = inv;
         self.items = items;
+        self.kv = None;
+        self.open.clear();
+        self.output = None;
+        self.output_overrun = false;
+        self.limiter.memory_denied = false;
+        self.copy_left = self.max_copy;
+        self.kv_writes.clear();
+        self.log.clear();
+        self.log_left = self.log_per_run;
+    }
+
+    /// The pages of the applet's memory the host wrote since the last call.
+    pub fn take_dirty(&mut self) -> u64 {
+        std::mem::take(&mut self.dirty)
     }
 
     /// Takes what a finished run produced out of its state, and lets go of the invocation and
@@ -267,6 +289,7 @@ fn give(caller: &mut Caller<'_, RunState>, src: &[u8], out: i32, cap: i32) -> Re
     let (data, state) = mem.data_and_store_mut(&mut *caller);
     let r = range(data.len(), out, n as i32)?;
     state.charge_copy(n)?;
+    state.dirty |= crate::rewind::pages(r.start as u64, n as u64);
     data[r].copy_from_slice(&src[..n]);
     Ok(i32::try_from(src.len()).unwrap_or(i32::MAX))
 }

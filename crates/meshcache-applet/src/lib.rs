@@ -11,6 +11,8 @@
 //! - [`abi`]: the interface, declared once: imports, the entry point, outcome codes.
 //! - `host`: the host functions behind it, each bounded.
 //! - [`runtime`]: the engine, compiled-module cache, epoch ticker and one run.
+//! - `rewind`: the instrumentation that lets an instance be put back as it was made, so the
+//!   next hit can run in it.
 //! - [`state`]: what outlives a run: per-origin key/value stores and the log spool.
 //! - [`config`]: the `[applets]` section.
 //! - [`header`]: the `CacheApplet` header and the same-origin rule.
@@ -22,6 +24,7 @@ pub mod abi;
 pub mod config;
 pub mod header;
 mod host;
+mod rewind;
 pub mod runtime;
 pub mod state;
 mod ticker;

@@ -9,18 +9,24 @@
 //! built response and the run's key/value writes and log records are kept only if it returned
 //! normally with a valid code. Everything else is [`Verdict::Origin`] with the reason counted.
 //!
-//! Instances made ahead: instantiating and releasing an instance (resetting its memory) are most
-//! of a short run's cost, and neither needs the request. [`Runtime::run_deferred`] hands back
-//! the spent store with the verdict; the caller answers first and then calls
-//! [`Runtime::replenish`], which releases it and instantiates the applet's next instance, with a
-//! placeholder invocation, for the next hit to take. That instance is still fresh: nothing has
-//! run in it (modules with a start function, which would run at instantiation, are instantiated
-//! at their hit as before), and each is used for one run only.
+//! Instances rewound: instantiating and releasing an instance (resetting its memory) are most of
+//! a short run's cost. A module that qualifies is compiled instrumented ([`crate::rewind`]): it
+//! records which pages of its memory it writes, so that after a run that completed normally its
+//! instance is put back exactly as instantiation left it (those pages copied back from the
+//! image, its mutable globals reset) and kept for the applet's next hit. Each run therefore
+//! starts from a fresh instance's state, as the contract requires, without paying for one.
+//!
+//! Instances made ahead, for the rest (modules that do not qualify, and runs that faulted):
+//! [`Runtime::run_deferred`] hands back the spent store with the verdict; the caller answers
+//! first and then calls [`Runtime::replenish`], which releases it and instantiates the applet's
+//! next instance, with a placeholder invocation, for the next hit to take. Nothing has run in
+//! that instance (modules with a start function, which would run at instantiation, are
+//! instantiated at their hit).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -35,6 +41,7 @@ use wasmtime::{
 use crate::abi::{self, Outcome};
 use crate::config::AppletConfig;
 use crate::host::{self, Ended, RunState, VerifyMemo};
+use crate::rewind::{self, Rewind};
 use crate::state::{KvStores, LogSpool};
 use crate::ticker::Ticker;
 use crate::AppletError;
@@ -171,8 +178,14 @@ pub struct Applet {
     pre: InstancePre<RunState>,
     /// Whether instances may be made ahead of their hit (the module has no start function).
     warmable: bool,
-    /// An instance made ahead, for the next hit.
-    warm: Mutex<Option<Warm>>,
+    /// The exports naming its mutable globals, if it was compiled rewindable.
+    rewindable: Option<Vec<String>>,
+    /// Why it was not, if it was not.
+    pub not_rewound: Option<String>,
+    /// Its memory as instantiation leaves it (taken from its first instance).
+    image: OnceLock<Arc<[u8]>>,
+    /// Instances ready for the next hits: rewound after a run, or made ahead.
+    warm: Mutex<Vec<Warm>>,
     /// Runs in a row that ended in a fault (trap, limit, invalid result).
     faults_in_a_row: AtomicU32,
     /// Until when (milliseconds on the runtime's clock) it is not run, after too many faults.
@@ -187,13 +200,19 @@ impl std::fmt::Debug for Applet {
     }
 }
 
-/// An instance made ahead of its hit: instantiated, never run.
+/// An instance ready for a hit: made ahead and never run, or rewound after a run.
 struct Warm {
     store: Store<RunState>,
     entry: TypedFunc<(), i32>,
-    /// Its place in the runtime's count of instances made ahead.
+    /// How to rewind it, if its module was compiled rewindable.
+    rewind: Option<Rewind>,
+    /// Its place in the runtime's count of instances kept ready.
     _counted: Counted,
 }
+
+/// The most instances one applet keeps ready (runs of one applet at the same time beyond this
+/// instantiate at their hit).
+const READY_PER_APPLET: usize = 4;
 
 /// One in a count, for as long as it lives.
 struct Counted(Arc<AtomicUsize>);
@@ -216,6 +235,14 @@ impl Drop for Counted {
 /// applet's next instance.
 #[must_use = "dropping it releases the instance; pass it to Runtime::replenish after answering"]
 pub struct Spent(Option<Store<RunState>>);
+
+impl Spent {
+    /// Whether there is nothing to release: the run's instance was rewound and kept, or there
+    /// was none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+}
 
 impl std::fmt::Debug for Spent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -270,8 +297,10 @@ pub struct Counters {
     pub invalid: AtomicU64,
     /// Runs that could not be instantiated.
     pub instantiate: AtomicU64,
-    /// Runs that found their instance made ahead (after the previous hit's answer).
+    /// Runs that found their instance ready: made ahead, or rewound after an earlier run.
     pub made_ahead: AtomicU64,
+    /// Runs after which their instance was rewound and kept for the next hit.
+    pub rewound: AtomicU64,
     /// Hits not run because their applet was in quarantine.
     pub quarantined: AtomicU64,
     /// Times an applet was put in quarantine.
@@ -304,7 +333,7 @@ pub struct Runtime {
     idle: Invocation,
     /// The items such a state can open: none.
     no_items: Arc<dyn Items>,
-    /// Instances made ahead, and how many may be (a quarter of the pool: the rest is for runs).
+    /// Instances kept ready, and how many may be (a quarter of the pool: the rest is for runs).
     warm: Arc<AtomicUsize>,
     max_warm: usize,
 }
@@ -429,6 +458,26 @@ impl Runtime {
         let module =
             Module::new(&self.engine, bytes).map_err(|e| AppletError::Compile(format!("{e:#}")))?;
         check_exports(&module)?;
+        // The module as given is checked first, so that its errors are its own; then it is
+        // compiled again instrumented, if it qualifies.
+        let (module, rewindable, not_rewound) = match rewind::instrument(bytes) {
+            Ok(r) => match Module::new(&self.engine, &r.bytes) {
+                Ok(m) => (m, Some(r.globals), None),
+                Err(e) => (
+                    module,
+                    None,
+                    Some(format!("the rewrite does not compile: {e:#}")),
+                ),
+            },
+            Err(why) => (module, None, Some(why.0)),
+        };
+        if let Some(why) = &not_rewound {
+            tracing::info!(
+                module = %hex(&hash[..6]),
+                why = %why,
+                "applet runs in a fresh instance per hit (it cannot be rewound)"
+            );
+        }
         let pre = self
             .linker
             .instantiate_pre(&module)
@@ -437,7 +486,10 @@ impl Runtime {
             hash,
             pre,
             warmable: !has_start_function(bytes),
-            warm: Mutex::new(None),
+            rewindable,
+            not_rewound,
+            image: OnceLock::new(),
+            warm: Mutex::new(Vec::new()),
             faults_in_a_row: AtomicU32::new(0),
             quarantined_until: AtomicU64::new(0),
         }))
@@ -483,22 +535,25 @@ impl Runtime {
         }
         self.counters.runs.fetch_add(1, Relaxed);
         let ticks = self.deadline_ticks(inv.document.body.len());
-        let warm = applet.warm.lock().take();
-        let (mut store, entry) = match warm {
+        let warm = applet.warm.lock().pop();
+        let (mut store, ready) = match warm {
             Some(Warm {
-                mut store, entry, ..
+                mut store,
+                entry,
+                rewind,
+                ..
             }) => {
                 self.counters.made_ahead.fetch_add(1, Relaxed);
                 store.data_mut().begin(inv, items);
-                (store, Some(entry))
+                (store, Some((entry, rewind)))
             }
             None => (self.new_store(inv, items), None),
         };
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
-        let called = {
+        let (called, rewind) = {
             let _running = self.ticker.running();
-            self.call(applet, &mut store, entry)
+            self.call(applet, &mut store, ready)
         };
         let Ended {
             inv,
@@ -544,18 +599,56 @@ impl Runtime {
         }
         .fetch_add(1, Relaxed);
         self.note_fault(applet, &verdict);
+        let spent = match rewind {
+            Some((entry, rewind)) if completed(&verdict) => {
+                self.keep_rewound(applet, store, entry, rewind)
+            }
+            _ => Spent(Some(store)),
+        };
         c.run_micros
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
-        (verdict, Spent(Some(store)))
+        (verdict, spent)
+    }
+
+    /// After a run that completed normally: rewinds its instance and keeps it for the next hit,
+    /// if there is room; otherwise hands it back to be released.
+    fn keep_rewound(
+        &self,
+        applet: &Applet,
+        mut store: Store<RunState>,
+        entry: TypedFunc<(), i32>,
+        rewind: Rewind,
+    ) -> Spent {
+        if self.warm.load(Relaxed) >= self.max_warm || applet.warm.lock().len() >= READY_PER_APPLET
+        {
+            return Spent(Some(store));
+        }
+        let host = store.data_mut().take_dirty();
+        if !rewind.rewind(&mut store, host) {
+            return Spent(Some(store));
+        }
+        self.counters.rewound.fetch_add(1, Relaxed);
+        applet.warm.lock().push(Warm {
+            store,
+            entry,
+            rewind: Some(rewind),
+            _counted: Counted::new(&self.warm),
+        });
+        Spent(None)
     }
 
     /// After a run's answer is out: releases what the run left and, unless the applet has one
     /// or the pool's share for them is taken, makes its next instance ahead of the next hit.
     pub fn replenish(&self, applet: &Applet, spent: Spent) {
+        if spent.is_empty() {
+            // Nothing to release: the run's instance was rewound and kept (or the run had
+            // none, and its next hit will instantiate).
+            return;
+        }
         drop(spent);
         if !applet.warmable
             || self.warm.load(Relaxed) >= self.max_warm
-            || applet.warm.lock().is_some()
+            || !applet.warm.lock().is_empty()
         {
             return;
         }
@@ -564,29 +657,46 @@ impl Runtime {
         // there in case that ever changes. Each run sets its own.
         store.set_epoch_deadline(self.deadline_ticks(0));
         store.epoch_deadline_trap();
-        let Ok(instance) = applet.pre.instantiate(&mut store) else {
+        let Ok((entry, rewind)) = self.instantiate(applet, &mut store) else {
             // The pool is busy, or the module cannot be instantiated: its hit will say why.
-            return;
-        };
-        let Some(memory) = instance.get_memory(&mut store, abi::MEMORY) else {
-            return;
-        };
-        store.data_mut().memory = Some(memory);
-        let Ok(entry) = instance.get_typed_func::<(), i32>(&mut store, abi::ENTRY) else {
             return;
         };
         let warm = Warm {
             store,
             entry,
+            rewind,
             _counted: Counted::new(&self.warm),
         };
-        let mut slot = applet.warm.lock();
-        if slot.is_none() {
-            *slot = Some(warm);
+        let mut ready = applet.warm.lock();
+        if ready.is_empty() {
+            ready.push(warm);
         } else {
-            drop(slot);
+            drop(ready);
             drop(warm);
         }
+    }
+
+    /// Instantiates the applet in `store`: its entry point, and how to rewind it if it can be.
+    fn instantiate(
+        &self,
+        applet: &Applet,
+        store: &mut Store<RunState>,
+    ) -> Result<(TypedFunc<(), i32>, Option<Rewind>), Reason> {
+        let instance = applet
+            .pre
+            .instantiate(&mut *store)
+            .map_err(|e| classify(store.data(), e, true))?;
+        let memory = instance
+            .get_memory(&mut *store, abi::MEMORY)
+            .ok_or_else(|| Reason::Instantiate("no exported memory".into()))?;
+        store.data_mut().memory = Some(memory);
+        let entry = instance
+            .get_typed_func::<(), i32>(&mut *store, abi::ENTRY)
+            .map_err(|e| Reason::Instantiate(e.to_string()))?;
+        let rewind = applet.rewindable.as_ref().and_then(|globals| {
+            Rewind::new(&mut *store, &instance, memory, globals, &applet.image)
+        });
+        Ok((entry, rewind))
     }
 
     /// The epoch deadline of a run over a document of `size` bytes, in ticks.
@@ -609,42 +719,40 @@ impl Runtime {
         store
     }
 
-    /// Calls `run` (instantiating first unless `entry` is an instance made ahead); the outcome,
-    /// or why there is none.
+    /// Calls `run` (instantiating first unless `ready` is an instance kept ready); the outcome,
+    /// or why there is none, and the entry point and rewind of the instance it ran in.
+    #[allow(clippy::type_complexity)]
     fn call(
         &self,
         applet: &Applet,
         store: &mut Store<RunState>,
-        entry: Option<TypedFunc<(), i32>>,
-    ) -> Result<Outcome, Reason> {
-        let entry = match entry {
-            Some(entry) => entry,
-            None => {
-                let instance = applet
-                    .pre
-                    .instantiate(&mut *store)
-                    .map_err(|e| classify(store.data(), e, true))?;
-                let memory = instance
-                    .get_memory(&mut *store, abi::MEMORY)
-                    .ok_or_else(|| Reason::Instantiate("no exported memory".into()))?;
-                store.data_mut().memory = Some(memory);
-                instance
-                    .get_typed_func::<(), i32>(&mut *store, abi::ENTRY)
-                    .map_err(|e| Reason::Instantiate(e.to_string()))?
-            }
+        ready: Option<(TypedFunc<(), i32>, Option<Rewind>)>,
+    ) -> (
+        Result<Outcome, Reason>,
+        Option<(TypedFunc<(), i32>, Rewind)>,
+    ) {
+        let (entry, rewind) = match ready {
+            Some(ready) => ready,
+            None => match self.instantiate(applet, store) {
+                Ok(made) => made,
+                Err(reason) => return (Err(reason), None),
+            },
         };
-        let code = entry
-            .call(&mut *store, ())
-            .map_err(|e| classify(store.data(), e, false))?;
-        let state = store.data();
-        if state.output_overrun {
-            return Err(Reason::Output);
-        }
-        match Outcome::from_code(code) {
-            Some(Outcome::Built) if state.output.is_none() => Err(Reason::Invalid(code)),
-            Some(o) => Ok(o),
-            None => Err(Reason::Invalid(code)),
-        }
+        let outcome = (|| {
+            let code = entry
+                .call(&mut *store, ())
+                .map_err(|e| classify(store.data(), e, false))?;
+            let state = store.data();
+            if state.output_overrun {
+                return Err(Reason::Output);
+            }
+            match Outcome::from_code(code) {
+                Some(Outcome::Built) if state.output.is_none() => Err(Reason::Invalid(code)),
+                Some(o) => Ok(o),
+                None => Err(Reason::Invalid(code)),
+            }
+        })();
+        (outcome, rewind.map(|r| (entry, r)))
     }
 }
 
@@ -691,6 +799,34 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.ticker.stop();
     }
+}
+
+#[cfg(test)]
+impl Applet {
+    /// Whether it was compiled rewindable.
+    pub(crate) fn rewindable(&self) -> bool {
+        self.rewindable.is_some()
+    }
+
+    /// How many instances it keeps ready, and whether each rewound one holds exactly what
+    /// instantiation gave it.
+    pub(crate) fn ready_as_made(&self) -> (usize, bool) {
+        let mut ready = self.warm.lock();
+        let n = ready.len();
+        let as_made = ready.iter_mut().all(|w| match &w.rewind {
+            Some(r) => r.is_as_made(&mut w.store),
+            None => true,
+        });
+        (n, as_made)
+    }
+}
+
+/// Whether a run completed normally (its instance may then be rewound and run again).
+fn completed(verdict: &Verdict) -> bool {
+    matches!(
+        verdict,
+        Verdict::Cached | Verdict::Built(_) | Verdict::Origin(Reason::Asked)
+    )
 }
 
 /// Why a call failed, from the error and what the run's state recorded.

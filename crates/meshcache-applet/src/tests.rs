@@ -346,6 +346,8 @@ fn modules_that_do_not_fit_the_interface_are_refused() {
     assert_eq!(rt.modules(), 1);
 }
 
+/// Every shipped module fits the interface, and every one is rewound between hits (none needs a
+/// fresh instance per hit).
 #[test]
 fn the_shipped_modules_fit_the_interface() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../applets");
@@ -356,8 +358,14 @@ fn the_shipped_modules_fit_the_interface() {
     ] {
         let bytes = std::fs::read(dir.join(format!("{name}.wasm")))
             .unwrap_or_else(|e| panic!("applets/{name}.wasm: {e}"));
-        rt.compile(&bytes)
+        let applet = rt
+            .compile(&bytes)
             .unwrap_or_else(|e| panic!("applets/{name}.wasm: {e}"));
+        assert!(
+            applet.rewindable(),
+            "applets/{name}.wasm is not rewound: {:?}",
+            applet.not_rewound
+        );
         n += 1;
     }
     assert_eq!(n, 11);
@@ -445,21 +453,28 @@ fn the_compiled_module_cache_is_bounded() {
     assert_eq!(rt.modules(), 2);
 }
 
-/// Once a hit is answered, the applet's next instance is made ahead of the next hit, and each
-/// run still starts from an instance nothing has run in: here a run that finds the mark an
-/// earlier run left in memory returns an invalid code. The spent run holds on to nothing of
-/// the request while it waits to be released.
+/// A module that cannot be rewound (here: it drops a data segment, state no rewind restores) gets
+/// its next instance made ahead once a hit is answered, and each run still starts from an
+/// instance nothing has run in: a run that finds the mark an earlier run left in memory returns
+/// an invalid code. The spent run holds on to nothing of the request while it waits to be
+/// released.
 #[test]
 fn instances_made_ahead_are_fresh_and_used_once() {
     let rt = runtime();
-    let wasm = module(
-        "",
-        "",
-        "(if (result i32) (i32.load8_u (i32.const 0))
-            (then (i32.const 7))
-            (else (i32.store8 (i32.const 0) (i32.const 1)) (i32.const 0)))",
-    );
+    let wasm = wat::parse_str(
+        r#"(module
+             (memory (export "memory") 1)
+             (data $unused "x")
+             (func (export "run") (result i32)
+               (data.drop $unused)
+               (if (result i32) (i32.load8_u (i32.const 0))
+                 (then (i32.const 7))
+                 (else (i32.store8 (i32.const 0) (i32.const 1)) (i32.const 0)))))"#,
+    )
+    .expect("parses");
     let applet = rt.compile(&wasm).expect("compiles");
+    assert!(!applet.rewindable());
+    assert!(applet.not_rewound.as_deref().unwrap().contains("data.drop"));
     for i in 0..5 {
         let inv = inv(b"doc");
         let headers = inv.headers.clone();
@@ -474,6 +489,141 @@ fn instances_made_ahead_are_fresh_and_used_once() {
     assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
     assert_eq!(rt.counters.made_ahead.load(Relaxed), 5);
     assert_eq!(rt.counters.invalid.load(Relaxed), 0);
+    assert_eq!(rt.counters.rewound.load(Relaxed), 0);
+}
+
+/// The same marking module, rewindable: after each run its instance is rewound and kept, the next
+/// run takes it and does not see the mark, and nothing of the request stays behind in it.
+#[test]
+fn a_rewound_instance_starts_as_a_fresh_one() {
+    let rt = runtime();
+    let wasm = module(
+        "",
+        "",
+        "(if (result i32) (i32.load8_u (i32.const 0))
+            (then (i32.const 7))
+            (else (i32.store8 (i32.const 0) (i32.const 1)) (i32.const 0)))",
+    );
+    let applet = rt.compile(&wasm).expect("compiles");
+    assert!(applet.rewindable(), "{:?}", applet.not_rewound);
+    for i in 0..5 {
+        let inv = inv(b"doc");
+        let headers = inv.headers.clone();
+        let (verdict, spent) = rt.run_deferred(&applet, inv, Arc::new(NoItems));
+        assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
+        assert_eq!(Arc::strong_count(&headers), 1, "run {i}: headers held");
+        rt.replenish(&applet, spent);
+        assert_eq!(applet.ready_as_made(), (1, true), "run {i}");
+    }
+    // Dropping what the run hands back changes nothing: the instance was kept already.
+    assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
+    assert_eq!(rt.counters.made_ahead.load(Relaxed), 5);
+    assert_eq!(rt.counters.rewound.load(Relaxed), 6);
+    assert_eq!(rt.counters.invalid.load(Relaxed), 0);
+}
+
+/// Every way an applet can write its memory or globals, and the host's own writes, undone: each
+/// run first checks what it can see is as instantiation left it (else it returns 7, invalid),
+/// then writes everywhere. The memory is six 64 KiB pages, so writes above 256 KiB share their
+/// dirty bit with pages below; the writes are placed so that each 4 KiB page written has no
+/// other reason to be restored than the write that touched it (the second page of a straddling
+/// store included). After every run the kept instance is compared with the image,
+/// byte for byte. A run that grows its memory, traps or returns an invalid code releases its
+/// instance instead.
+#[test]
+fn rewinding_undoes_every_kind_of_write() {
+    let rt = runtime();
+    let wasm = wat::parse_str(
+        r#"(module
+             (import "meshcache" "input" (func $input (param i32 i32 i32) (result i32)))
+             (memory (export "memory") 6)
+             (global $g (mut i32) (i32.const 5))
+             (global $h (mut i64) (i64.const 7))
+             (global $k (mut f64) (f64.const 1.5))
+             (global $v (mut v128) (v128.const i64x2 1 2))
+             (global $fixed i32 (i32.const 9))
+             (data (i32.const 0) "ABCDEFGH")
+             (data (i32.const 300000) "xyz")
+             (data $passive "passive!")
+             (func $fresh (result i32)
+               (i32.and
+                 (i32.and
+                   (i32.and (i32.eq (global.get $g) (i32.const 5))
+                            (i64.eq (global.get $h) (i64.const 7)))
+                   (i32.and (f64.eq (global.get $k) (f64.const 1.5))
+                            (i64x2.all_true (i64x2.eq (global.get $v) (v128.const i64x2 1 2)))))
+                 (i32.and
+                   (i32.and (i64.eq (i64.load (i32.const 0)) (i64.const 0x4847464544434241))
+                            (i32.eq (i32.load8_u (i32.const 300002)) (i32.const 0x7a)))
+                   (i32.and
+                     (i32.and (i32.eqz (i32.load (i32.const 4094)))
+                              (i64.eqz (i64.load offset=4092 (i32.const 327680))))
+                     (i32.and
+                       (i32.and (i32.eqz (i32.load8_u (i32.const 151171)))
+                                (i32.eqz (i32.load8_u (i32.const 120000))))
+                       (i32.and (i64.eqz (i64.load (i32.const 250000)))
+                                (i32.eqz (v128.any_true (v128.load (i32.const 12286))))))))))
+             (func (export "run") (result i32)
+               (if (i32.eqz (call $fresh)) (then (return (i32.const 7))))
+               (i32.store (i32.const 4094) (i32.const -1))
+               (i64.store offset=4092 (i32.const 327680) (i64.const -1))
+               (f32.store (i32.const 41060) (f32.const 3.25))
+               (f64.store (i32.const 50000) (f64.const 6.5))
+               (i32.store8 (i32.const 60000) (i32.const 1))
+               (i32.store16 (i32.const 70000) (i32.const 2))
+               (i64.store8 (i32.const 80000) (i64.const 3))
+               (i64.store16 (i32.const 90000) (i64.const 4))
+               (i64.store32 (i32.const 100000) (i64.const 5))
+               (v128.store (i32.const 12286) (v128.const i64x2 -1 -1))
+               (v128.store8_lane 3 (i32.const 110000) (v128.const i64x2 -1 -1))
+               (v128.store64_lane 1 (i32.const 393208) (v128.const i64x2 -1 -1))
+               (memory.fill (i32.const 131172) (i32.const 0xab) (i32.const 20000))
+               (memory.copy (i32.const 200000) (i32.const 0) (i32.const 8))
+               (memory.init $passive (i32.const 250000) (i32.const 0) (i32.const 8))
+               (drop (call $input (i32.const 1) (i32.const 120000) (i32.const 64)))
+               (i32.store (i32.const 0) (i32.const 0))
+               (i32.store8 (i32.const 300002) (i32.const 0))
+               (global.set $g (i32.const 6))
+               (global.set $h (i64.const 8))
+               (global.set $k (f64.const 2.5))
+               (global.set $v (v128.const i64x2 3 4))
+               (i32.const 0)))"#,
+    )
+    .expect("parses");
+    let applet = rt.compile(&wasm).expect("compiles");
+    assert!(applet.rewindable(), "{:?}", applet.not_rewound);
+    for i in 0..10 {
+        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
+        rt.replenish(&applet, spent);
+        assert_eq!(applet.ready_as_made(), (1, true), "run {i}");
+    }
+    assert_eq!(rt.counters.rewound.load(Relaxed), 10);
+    assert_eq!(rt.counters.made_ahead.load(Relaxed), 9);
+
+    // Runs that grow their memory, trap, or return an invalid code are not rewound.
+    for (body, fault) in [
+        ("(drop (memory.grow (i32.const 1))) (i32.const 0)", false),
+        ("(i32.store (i32.const 8) (i32.const 1)) unreachable", true),
+        (
+            "(i32.store (i32.const 8) (i32.const 1)) (i32.const 9)",
+            true,
+        ),
+    ] {
+        let rt = runtime();
+        let applet = rt.compile(&module("", "", body)).expect("compiles");
+        assert!(applet.rewindable());
+        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        assert_eq!(
+            !matches!(verdict, Verdict::Cached),
+            fault,
+            "{body}: {verdict:?}"
+        );
+        rt.replenish(&applet, spent);
+        assert_eq!(rt.counters.rewound.load(Relaxed), 0, "{body}");
+        // What is ready now was made ahead, fresh.
+        assert_eq!(applet.ready_as_made(), (1, true), "{body}");
+    }
 }
 
 /// A start function runs at instantiation, before there is a hit to show it: such a module is
@@ -535,4 +685,81 @@ fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
         ));
     }
     assert_eq!(rt.counters.made_ahead.load(Relaxed), 4);
+}
+
+/// One write of the property below: which instruction, where, and how many bytes for the bulk
+/// ones.
+#[derive(Clone, Debug)]
+enum Poke {
+    Store(&'static str, u32),
+    Fill(u32, u32),
+    Copy(u32, u32),
+}
+
+impl Poke {
+    fn text(&self) -> String {
+        match self {
+            Poke::Store(op, at) => {
+                let value = match op.split('.').next() {
+                    Some("i64") => "(i64.const -1)",
+                    Some("f32") => "(f32.const -1)",
+                    Some("f64") => "(f64.const -1)",
+                    Some("v128") => "(v128.const i64x2 -1 -1)",
+                    _ => "(i32.const -1)",
+                };
+                format!("({op} (i32.const {at}) {value})")
+            }
+            Poke::Fill(at, n) => {
+                format!("(memory.fill (i32.const {at}) (i32.const 0xee) (i32.const {n}))")
+            }
+            Poke::Copy(at, n) => {
+                format!("(memory.copy (i32.const {at}) (i32.const 0) (i32.const {n}))")
+            }
+        }
+    }
+}
+
+fn poke() -> impl proptest::strategy::Strategy<Value = Poke> {
+    use proptest::prelude::*;
+    const MEMORY: u32 = 6 << 16;
+    let stores = prop::sample::select(vec![
+        "i32.store",
+        "i64.store",
+        "f32.store",
+        "f64.store",
+        "i32.store8",
+        "i32.store16",
+        "i64.store8",
+        "i64.store16",
+        "i64.store32",
+        "v128.store",
+    ]);
+    prop_oneof![
+        (stores, 0..MEMORY - 16).prop_map(|(op, at)| Poke::Store(op, at)),
+        (0..MEMORY, 0..MEMORY).prop_map(|(at, n)| Poke::Fill(at, n.min(MEMORY - at))),
+        (0..MEMORY, 0u32..70_000).prop_map(|(at, n)| Poke::Copy(at, n.min(MEMORY - at))),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    /// Whatever a run writes, wherever, its instance comes back byte for byte as it was made.
+    #[test]
+    fn any_writes_are_rewound(pokes in proptest::collection::vec(poke(), 1..8)) {
+        let rt = runtime();
+        let body: String = pokes.iter().map(Poke::text).collect();
+        let wasm = wat::parse_str(format!(
+            r#"(module (memory (export "memory") 6)
+                 (data (i32.const 0) "0123456789abcdef")
+                 (data (i32.const 262150) "above the first 256 KiB")
+                 (func (export "run") (result i32) {body} (i32.const 0)))"#
+        ))
+        .expect("parses");
+        let applet = rt.compile(&wasm).expect("compiles");
+        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        proptest::prop_assert!(matches!(verdict, Verdict::Cached), "{:?}", verdict);
+        rt.replenish(&applet, spent);
+        proptest::prop_assert_eq!(rt.counters.rewound.load(Relaxed), 1);
+        proptest::prop_assert_eq!(applet.ready_as_made(), (1, true));
+    }
 }

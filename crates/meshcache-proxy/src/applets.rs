@@ -174,6 +174,10 @@ impl Active {
     /// next one once this task has answered. While that task does not run, or when too many
     /// runs wait for it, the instance is released here and now.
     fn after_answer(&self, applet: Arc<Applet>, spent: Spent) {
+        if spent.is_empty() {
+            // Its instance was rewound and kept for the next hit: nothing to do.
+            return;
+        }
         let replenishing = self.spent_rx.lock().is_none();
         if replenishing {
             if let Err(e) = self.spent.try_send((applet, spent)) {
@@ -329,6 +333,7 @@ impl Active {
             "invalid_results": g(&c.invalid),
             "instantiate_failures": g(&c.instantiate),
             "made_ahead": g(&c.made_ahead),
+            "rewound": g(&c.rewound),
             "ready_ahead": self.runtime.ready_ahead(),
             "ticker_sleeps": self.runtime.ticker_sleeps(),
             "quarantined": g(&c.quarantined),

@@ -207,7 +207,7 @@ async fn null_runs_on_every_hit_and_its_module_is_fetched_once() {
     }
     assert_eq!(origin.hits("/doc"), 1);
     assert_eq!(origin.hits("/applets/null.wasm"), 1);
-    // After an answer, the next instance is made ahead; the next hit takes it.
+    // After an answer, the run's instance is rewound and kept; the next hit takes it.
     let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while applets(&p.stats().await)["ready_ahead"] != 1 {
         assert!(std::time::Instant::now() < until, "no instance made ahead");
@@ -221,12 +221,14 @@ async fn null_runs_on_every_hit_and_its_module_is_fetched_once() {
     let s = p.stats().await;
     assert_eq!(applets(&s)["made_ahead"], made + 1, "{s}");
     assert_eq!(applets(&s)["runs"], 4, "{s}");
+    assert_eq!(applets(&s)["rewound"], 4, "{s}");
     assert_eq!(applets(&s)["cached"], 4, "{s}");
     assert_eq!(applets(&s)["modules_compiled"], 1, "{s}");
     let metrics = String::from_utf8_lossy(&p.admin_get("/metrics").await.body).into_owned();
     for line in [
         "# TYPE meshcache_applet_ready_ahead gauge",
         "# TYPE meshcache_applet_made_ahead_total counter",
+        "meshcache_applet_rewound_total 4",
         "meshcache_applet_runs_total 4",
     ] {
         assert!(metrics.contains(line), "{line} not in {metrics}");

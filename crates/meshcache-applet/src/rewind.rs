@@ -1,0 +1,774 @@
+//! Rewinding an instance: putting it back exactly as instantiation left it, so that the next hit
+//! can run in it without anything of the last run showing.
+//!
+//! A fresh instance per hit costs wasmtime a store, an instance from the pool, and resetting the
+//! memory the run used when it goes back (about 2.6 µs for the `null` applet, twice that inside a
+//! busy proxy). Most of that is undoing what a run *might* have changed. What it did change is
+//! small and can be known exactly:
+//!
+//! - **Memory.** Before compiling, every instruction that writes the applet's memory (the
+//!   stores, SIMD lane stores, `memory.fill`, `memory.copy`, `memory.init`) is followed by a few
+//!   instructions that set, in a global the module cannot name (it is added after its own), the
+//!   bit of each 4 KiB page written: page `p` is bit `p mod 64` ([`pages`] is the same mapping
+//!   for the host's own writes). Rewinding copies back, from the image taken right after
+//!   instantiation, every page whose bit is set (and, for a memory above 256 KiB, the pages that
+//!   share the bit). A memory that grew is not rewound.
+//! - **Globals.** Every mutable global is exported under a reserved name and set back to its
+//!   value after instantiation.
+//! - **Everything else is left unchanged by construction.** A module qualifies only if nothing
+//!   else in it can change: no table writes (`table.set`, `.grow`, `.fill`, `.copy`, `.init`),
+//!   no `data.drop` / `elem.drop`, no threads or atomics, one 32-bit memory of its own, no
+//!   imported globals, tables or memories, no mutable global of a reference type, no start
+//!   function, and no export named with the reserved prefix. Other modules run in a fresh
+//!   instance per hit, as before.
+//!
+//! The instrumentation costs the applet a few instructions per store; the applets this proxy
+//! ships store little per run. Only a run that completed normally is rewound: a trap, a limit
+//! or an invalid result releases the instance.
+
+use std::sync::Arc;
+
+use wasm_encoder::reencode::{self, Reencode, RoundtripReencoder};
+use wasm_encoder::{ConstExpr, ExportKind, GlobalType, Instruction as I, SectionId, ValType};
+use wasmtime::wasmparser::{
+    self, FunctionBody, Operator, Parser, Payload, TypeRef, Validator, WasmFeatures,
+};
+use wasmtime::{Global, Instance, Memory, Store, Val};
+
+/// Bytes per tracked page.
+pub const PAGE: usize = 4096;
+/// log2 of [`PAGE`].
+const PAGE_SHIFT: i64 = 12;
+/// The exported dirty-page mask.
+pub const DIRTY: &str = "__meshcache_dirty";
+/// Prefix of every name the instrumentation exports (a module exporting one is not rewound).
+pub const RESERVED: &str = "__meshcache_";
+
+/// The dirty-page mask of the bytes `start .. start + len`: bit `p mod 64` for every 4 KiB page
+/// `p` they touch (all bits from 64 pages on). Zero bytes touch nothing.
+pub fn pages(start: u64, len: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    let first = start >> PAGE_SHIFT;
+    let last = (start + (len - 1)) >> PAGE_SHIFT;
+    let span = last - first;
+    if span >= 63 {
+        return u64::MAX;
+    }
+    ((2u64 << span) - 1).rotate_left((first % 64) as u32)
+}
+
+/// Why a module is run in a fresh instance per hit rather than rewound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotRewindable(pub String);
+
+/// A module instrumented for rewinding: the bytes to compile, and the exports that name its
+/// mutable globals.
+#[derive(Debug)]
+pub struct Instrumented {
+    /// The module to compile instead of the original.
+    pub bytes: Vec<u8>,
+    /// Export names of the mutable globals, in index order.
+    pub globals: Vec<String>,
+}
+
+/// What the pre-scan learned.
+struct Shape {
+    /// Parameter counts by type index (`None`: not a function type).
+    params: Vec<Option<u32>>,
+    /// Type index of each defined function, in order.
+    defined: Vec<u32>,
+    /// Defined globals: whether each is mutable.
+    mutable: Vec<bool>,
+}
+
+/// The features a rewindable module may use: WebAssembly 2.0 without threads, several or
+/// 64-bit memories, exceptions, GC or memory control.
+fn features() -> WasmFeatures {
+    WasmFeatures::MUTABLE_GLOBAL
+        | WasmFeatures::SATURATING_FLOAT_TO_INT
+        | WasmFeatures::SIGN_EXTENSION
+        | WasmFeatures::REFERENCE_TYPES
+        | WasmFeatures::MULTI_VALUE
+        | WasmFeatures::BULK_MEMORY
+        | WasmFeatures::SIMD
+        | WasmFeatures::RELAXED_SIMD
+        | WasmFeatures::TAIL_CALL
+        | WasmFeatures::FLOATS
+        | WasmFeatures::EXTENDED_CONST
+}
+
+fn no(why: impl Into<String>) -> NotRewindable {
+    NotRewindable(why.into())
+}
+
+/// Checks that nothing but memory and mutable globals can change in an instance of `bytes`, and
+/// learns what the rewrite needs.
+fn scan(bytes: &[u8]) -> Result<Shape, NotRewindable> {
+    Validator::new_with_features(features())
+        .validate_all(bytes)
+        .map_err(|e| no(format!("uses more than the rewindable subset: {e}")))?;
+    let mut shape = Shape {
+        params: Vec::new(),
+        defined: Vec::new(),
+        mutable: Vec::new(),
+    };
+    let mut memories = 0;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(|e| no(e.to_string()))? {
+            Payload::TypeSection(types) => {
+                for group in types.into_iter_err_on_gc_types() {
+                    let ty = group.map_err(|e| no(e.to_string()))?;
+                    shape.params.push(Some(ty.params().len() as u32));
+                }
+            }
+            Payload::ImportSection(imports) => {
+                for import in imports.into_imports() {
+                    let import = import.map_err(|e| no(e.to_string()))?;
+                    if !matches!(import.ty, TypeRef::Func(_)) {
+                        return Err(no("it imports something other than functions"));
+                    }
+                }
+            }
+            Payload::FunctionSection(funcs) => {
+                for f in funcs {
+                    shape.defined.push(f.map_err(|e| no(e.to_string()))?);
+                }
+            }
+            Payload::TableSection(tables) => {
+                for t in tables {
+                    t.map_err(|e| no(e.to_string()))?;
+                }
+            }
+            Payload::MemorySection(mems) => {
+                for m in mems {
+                    let m = m.map_err(|e| no(e.to_string()))?;
+                    if m.memory64 || m.shared {
+                        return Err(no("its memory is 64-bit or shared"));
+                    }
+                    memories += 1;
+                }
+            }
+            Payload::GlobalSection(globals) => {
+                for g in globals {
+                    let g = g.map_err(|e| no(e.to_string()))?;
+                    let numeric = matches!(
+                        g.ty.content_type,
+                        wasmparser::ValType::I32
+                            | wasmparser::ValType::I64
+                            | wasmparser::ValType::F32
+                            | wasmparser::ValType::F64
+                            | wasmparser::ValType::V128
+                    );
+                    if g.ty.mutable && !numeric {
+                        return Err(no("it has a mutable global of a reference type"));
+                    }
+                    shape.mutable.push(g.ty.mutable);
+                }
+            }
+            Payload::ExportSection(exports) => {
+                for e in exports {
+                    let e = e.map_err(|e| no(e.to_string()))?;
+                    if e.name.starts_with(RESERVED) {
+                        return Err(no(format!("it exports the reserved name {}", e.name)));
+                    }
+                }
+            }
+            Payload::StartSection { .. } => return Err(no("it has a start function")),
+            Payload::CodeSectionEntry(body) => {
+                let mut ops = body.get_operators_reader().map_err(|e| no(e.to_string()))?;
+                while !ops.eof() {
+                    let op = ops.read().map_err(|e| no(e.to_string()))?;
+                    if let Some(what) = forbidden(&op) {
+                        return Err(no(format!("it uses {what}")));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if memories != 1 {
+        return Err(no("it does not define exactly one memory"));
+    }
+    Ok(shape)
+}
+
+/// Instructions that change an instance's state other than memory and globals.
+fn forbidden(op: &Operator<'_>) -> Option<&'static str> {
+    Some(match op {
+        Operator::TableSet { .. } => "table.set",
+        Operator::TableGrow { .. } => "table.grow",
+        Operator::TableFill { .. } => "table.fill",
+        Operator::TableCopy { .. } => "table.copy",
+        Operator::TableInit { .. } => "table.init",
+        Operator::ElemDrop { .. } => "elem.drop",
+        Operator::DataDrop { .. } => "data.drop",
+        _ => return None,
+    })
+}
+
+/// What an instruction writes to memory, for the rewrite.
+enum Write {
+    /// A store of `width` bytes at the address below a value of `value` type.
+    Store {
+        value: ValType,
+        width: u64,
+        offset: u64,
+    },
+    /// `memory.fill` / `.copy` / `.init`: destination, one more operand, length.
+    Range,
+}
+
+fn write_of(op: &Operator<'_>) -> Option<Write> {
+    use ValType::{F32, F64, I32, I64, V128};
+    let (value, width, memarg) = match op {
+        Operator::I32Store { memarg } => (I32, 4, memarg),
+        Operator::I64Store { memarg } => (I64, 8, memarg),
+        Operator::F32Store { memarg } => (F32, 4, memarg),
+        Operator::F64Store { memarg } => (F64, 8, memarg),
+        Operator::I32Store8 { memarg } => (I32, 1, memarg),
+        Operator::I32Store16 { memarg } => (I32, 2, memarg),
+        Operator::I64Store8 { memarg } => (I64, 1, memarg),
+        Operator::I64Store16 { memarg } => (I64, 2, memarg),
+        Operator::I64Store32 { memarg } => (I64, 4, memarg),
+        Operator::V128Store { memarg } => (V128, 16, memarg),
+        Operator::V128Store8Lane { memarg, .. } => (V128, 1, memarg),
+        Operator::V128Store16Lane { memarg, .. } => (V128, 2, memarg),
+        Operator::V128Store32Lane { memarg, .. } => (V128, 4, memarg),
+        Operator::V128Store64Lane { memarg, .. } => (V128, 8, memarg),
+        Operator::MemoryFill { .. } | Operator::MemoryCopy { .. } | Operator::MemoryInit { .. } => {
+            return Some(Write::Range)
+        }
+        _ => return None,
+    };
+    Some(Write::Store {
+        value,
+        width,
+        offset: memarg.offset,
+    })
+}
+
+/// Rewrites `bytes` for rewinding, or says why it cannot be.
+pub fn instrument(bytes: &[u8]) -> Result<Instrumented, NotRewindable> {
+    let shape = scan(bytes)?;
+    let dirty = shape.mutable.len() as u32;
+    let globals: Vec<String> = shape
+        .mutable
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| **m)
+        .map(|(i, _)| format!("{RESERVED}global_{i}"))
+        .collect();
+    let mut rewriter = Rewriter {
+        shape: &shape,
+        dirty,
+        next_function: 0,
+        globals_done: false,
+        exports_done: false,
+    };
+    let mut module = wasm_encoder::Module::new();
+    rewriter
+        .parse_core_module(&mut module, Parser::new(0), bytes)
+        .map_err(|e| no(format!("cannot rewrite it: {e}")))?;
+    let bytes = module.finish();
+    // The rewrite must itself be valid: a rewrite the compiler would refuse is a bug here, and
+    // the module is then run without it.
+    Validator::new_with_features(features())
+        .validate_all(&bytes)
+        .map_err(|e| no(format!("the rewrite is invalid: {e}")))?;
+    Ok(Instrumented { bytes, globals })
+}
+
+struct Rewriter<'s> {
+    shape: &'s Shape,
+    /// Index of the added dirty-page global.
+    dirty: u32,
+    next_function: usize,
+    globals_done: bool,
+    exports_done: bool,
+}
+
+/// Sections in the order the binary format requires.
+fn rank(id: Option<SectionId>) -> u8 {
+    match id {
+        Some(SectionId::Custom) => 0,
+        Some(SectionId::Type) => 1,
+        Some(SectionId::Import) => 2,
+        Some(SectionId::Function) => 3,
+        Some(SectionId::Table) => 4,
+        Some(SectionId::Memory) => 5,
+        Some(SectionId::Tag) => 6,
+        Some(SectionId::Global) => 7,
+        Some(SectionId::Export) => 8,
+        Some(SectionId::Start) => 9,
+        Some(SectionId::Element) => 10,
+        Some(SectionId::DataCount) => 11,
+        Some(SectionId::Code) => 12,
+        Some(SectionId::Data) => 13,
+        None => 14,
+    }
+}
+
+impl Rewriter<'_> {
+    fn add_globals(&mut self, globals: &mut wasm_encoder::GlobalSection) {
+        globals.global(
+            GlobalType {
+                val_type: ValType::I64,
+                mutable: true,
+                shared: false,
+            },
+            &ConstExpr::i64_const(0),
+        );
+        self.globals_done = true;
+    }
+
+    fn add_exports(&mut self, exports: &mut wasm_encoder::ExportSection) {
+        exports.export(DIRTY, ExportKind::Global, self.dirty);
+        for (i, m) in self.shape.mutable.iter().enumerate() {
+            if *m {
+                exports.export(
+                    &format!("{RESERVED}global_{i}"),
+                    ExportKind::Global,
+                    i as u32,
+                );
+            }
+        }
+        self.exports_done = true;
+    }
+}
+
+type Failed = reencode::Error<std::convert::Infallible>;
+
+impl Reencode for Rewriter<'_> {
+    type Error = std::convert::Infallible;
+
+    fn intersperse_section_hook(
+        &mut self,
+        module: &mut wasm_encoder::Module,
+        _after: Option<SectionId>,
+        before: Option<SectionId>,
+    ) -> Result<(), Failed> {
+        if !self.globals_done && rank(before) > rank(Some(SectionId::Global)) {
+            let mut globals = wasm_encoder::GlobalSection::new();
+            self.add_globals(&mut globals);
+            module.section(&globals);
+        }
+        if !self.exports_done && rank(before) > rank(Some(SectionId::Export)) {
+            let mut exports = wasm_encoder::ExportSection::new();
+            self.add_exports(&mut exports);
+            module.section(&exports);
+        }
+        Ok(())
+    }
+
+    fn parse_global_section(
+        &mut self,
+        globals: &mut wasm_encoder::GlobalSection,
+        section: wasmparser::GlobalSectionReader<'_>,
+    ) -> Result<(), Failed> {
+        reencode::utils::parse_global_section(self, globals, section)?;
+        self.add_globals(globals);
+        Ok(())
+    }
+
+    fn parse_export_section(
+        &mut self,
+        exports: &mut wasm_encoder::ExportSection,
+        section: wasmparser::ExportSectionReader<'_>,
+    ) -> Result<(), Failed> {
+        reencode::utils::parse_export_section(self, exports, section)?;
+        self.add_exports(exports);
+        Ok(())
+    }
+
+    fn parse_function_body(
+        &mut self,
+        code: &mut wasm_encoder::CodeSection,
+        func: FunctionBody<'_>,
+    ) -> Result<(), Failed> {
+        let ty = self.shape.defined[self.next_function];
+        self.next_function += 1;
+        let params = self.shape.params[ty as usize].unwrap_or(0);
+        let mut locals = Vec::new();
+        let mut declared = 0u32;
+        for pair in func.get_locals_reader()? {
+            let (n, ty) = pair?;
+            declared += n;
+            locals.push((n, RoundtripReencoder.val_type(ty)?));
+        }
+        // The scratch locals, after the function's own: three i32, two i64, then one of each
+        // other value type a store can take.
+        let base = params + declared;
+        let scratch = Scratch {
+            a: base,
+            b: base + 1,
+            n: base + 2,
+            e: base + 3,
+            f: base + 4,
+            i64v: base + 5,
+            f32v: base + 6,
+            f64v: base + 7,
+            v128v: base + 8,
+        };
+        let simd = {
+            let mut ops = func.get_operators_reader()?;
+            let mut any = false;
+            while !ops.eof() {
+                if let Some(Write::Store {
+                    value: ValType::V128,
+                    ..
+                }) = write_of(&ops.read()?)
+                {
+                    any = true;
+                }
+            }
+            any
+        };
+        locals.push((3, ValType::I32));
+        locals.push((3, ValType::I64));
+        locals.push((1, ValType::F32));
+        locals.push((1, ValType::F64));
+        if simd {
+            locals.push((1, ValType::V128));
+        }
+        let mut f = wasm_encoder::Function::new(locals);
+        let mut ops = func.get_operators_reader()?;
+        while !ops.eof() {
+            let op = ops.read()?;
+            let write = write_of(&op);
+            let ins = RoundtripReencoder.instruction(op)?;
+            match write {
+                None => {
+                    f.instruction(&ins);
+                }
+                Some(Write::Store {
+                    value,
+                    width,
+                    offset,
+                }) => {
+                    let v = scratch.value(value);
+                    f.instruction(&I::LocalSet(v));
+                    f.instruction(&I::LocalTee(scratch.a));
+                    f.instruction(&I::LocalGet(v));
+                    f.instruction(&ins);
+                    self.mark_store(&mut f, &scratch, width, offset);
+                }
+                Some(Write::Range) => {
+                    f.instruction(&I::LocalSet(scratch.n));
+                    f.instruction(&I::LocalSet(scratch.b));
+                    f.instruction(&I::LocalTee(scratch.a));
+                    f.instruction(&I::LocalGet(scratch.b));
+                    f.instruction(&I::LocalGet(scratch.n));
+                    f.instruction(&ins);
+                    self.mark_range(&mut f, &scratch);
+                }
+            }
+        }
+        code.function(&f);
+        Ok(())
+    }
+}
+
+/// Scratch locals of one function.
+struct Scratch {
+    /// i32: the address (destination).
+    a: u32,
+    /// i32: a bulk instruction's middle operand.
+    b: u32,
+    /// i32: a bulk instruction's length.
+    n: u32,
+    /// i64: the effective address.
+    e: u32,
+    /// i64: the first page of a range.
+    f: u32,
+    i64v: u32,
+    f32v: u32,
+    f64v: u32,
+    v128v: u32,
+}
+
+impl Scratch {
+    fn value(&self, ty: ValType) -> u32 {
+        match ty {
+            ValType::I32 => self.b,
+            ValType::I64 => self.i64v,
+            ValType::F32 => self.f32v,
+            ValType::F64 => self.f64v,
+            _ => self.v128v,
+        }
+    }
+}
+
+impl Rewriter<'_> {
+    /// After a store of `width` bytes at `a + offset`: the bits of its first and last pages.
+    fn mark_store(&self, f: &mut wasm_encoder::Function, s: &Scratch, width: u64, offset: u64) {
+        f.instruction(&I::I64Const(1));
+        f.instruction(&I::LocalGet(s.a));
+        f.instruction(&I::I64ExtendI32U);
+        if offset != 0 {
+            f.instruction(&I::I64Const(offset as i64));
+            f.instruction(&I::I64Add);
+        }
+        if width > 1 {
+            f.instruction(&I::LocalTee(s.e));
+        }
+        f.instruction(&I::I64Const(PAGE_SHIFT));
+        f.instruction(&I::I64ShrU);
+        f.instruction(&I::I64Shl);
+        if width > 1 {
+            f.instruction(&I::I64Const(1));
+            f.instruction(&I::LocalGet(s.e));
+            f.instruction(&I::I64Const(width as i64 - 1));
+            f.instruction(&I::I64Add);
+            f.instruction(&I::I64Const(PAGE_SHIFT));
+            f.instruction(&I::I64ShrU);
+            f.instruction(&I::I64Shl);
+            f.instruction(&I::I64Or);
+        }
+        self.or_into_dirty(f);
+    }
+
+    /// After a bulk write of `n` bytes at `a`: the bits of every page in between, as [`pages`].
+    fn mark_range(&self, f: &mut wasm_encoder::Function, s: &Scratch) {
+        // first = a >> 12
+        f.instruction(&I::LocalGet(s.a));
+        f.instruction(&I::I64ExtendI32U);
+        f.instruction(&I::I64Const(PAGE_SHIFT));
+        f.instruction(&I::I64ShrU);
+        f.instruction(&I::LocalSet(s.f));
+        // span = ((a + n - 1) >> 12) - first
+        f.instruction(&I::LocalGet(s.a));
+        f.instruction(&I::I64ExtendI32U);
+        f.instruction(&I::LocalGet(s.n));
+        f.instruction(&I::I64ExtendI32U);
+        f.instruction(&I::I64Add);
+        f.instruction(&I::I64Const(1));
+        f.instruction(&I::I64Sub);
+        f.instruction(&I::I64Const(PAGE_SHIFT));
+        f.instruction(&I::I64ShrU);
+        f.instruction(&I::LocalGet(s.f));
+        f.instruction(&I::I64Sub);
+        f.instruction(&I::LocalSet(s.e));
+        // span < 63 ? rotl((2 << span) - 1, first) : all
+        f.instruction(&I::I64Const(2));
+        f.instruction(&I::LocalGet(s.e));
+        f.instruction(&I::I64Shl);
+        f.instruction(&I::I64Const(1));
+        f.instruction(&I::I64Sub);
+        f.instruction(&I::LocalGet(s.f));
+        f.instruction(&I::I64Rotl);
+        f.instruction(&I::I64Const(-1));
+        f.instruction(&I::LocalGet(s.e));
+        f.instruction(&I::I64Const(63));
+        f.instruction(&I::I64LtU);
+        f.instruction(&I::Select);
+        // n == 0 writes nothing
+        f.instruction(&I::I64Const(0));
+        f.instruction(&I::LocalGet(s.n));
+        f.instruction(&I::Select);
+        self.or_into_dirty(f);
+    }
+
+    fn or_into_dirty(&self, f: &mut wasm_encoder::Function) {
+        f.instruction(&I::GlobalGet(self.dirty));
+        f.instruction(&I::I64Or);
+        f.instruction(&I::GlobalSet(self.dirty));
+    }
+}
+
+/// What rewinds one instance: its memory, its dirty-page mask, its mutable globals and their
+/// values after instantiation, and the memory's image then (shared by all instances of the
+/// module: instantiating a module without a start function always gives the same memory).
+pub struct Rewind {
+    memory: Memory,
+    dirty: Global,
+    globals: Vec<(Global, Val)>,
+    image: Arc<[u8]>,
+}
+
+impl Rewind {
+    /// Learns how to rewind a just-made instance. `image` is the module's memory image, taken
+    /// from this instance if it is the module's first.
+    pub fn new<T>(
+        store: &mut Store<T>,
+        instance: &Instance,
+        memory: Memory,
+        globals: &[String],
+        image: &std::sync::OnceLock<Arc<[u8]>>,
+    ) -> Option<Self> {
+        let dirty = instance.get_global(&mut *store, DIRTY)?;
+        let mut saved = Vec::with_capacity(globals.len());
+        for name in globals {
+            let g = instance.get_global(&mut *store, name)?;
+            let v = g.get(&mut *store);
+            saved.push((g, v));
+        }
+        let image = image
+            .get_or_init(|| Arc::from(memory.data(&*store)))
+            .clone();
+        if image.len() != memory.data_size(&*store) {
+            return None;
+        }
+        Some(Rewind {
+            memory,
+            dirty,
+            globals: saved,
+            image,
+        })
+    }
+
+    /// Puts the instance back as it was made. `host` is the mask of pages the host wrote. False
+    /// if it cannot be (its memory grew): the instance must then be released.
+    pub fn rewind<T>(&self, store: &mut Store<T>, host: u64) -> bool {
+        let mask = match self.dirty.get(&mut *store) {
+            Val::I64(m) => m as u64 | host,
+            _ => return false,
+        };
+        let image = &self.image[..];
+        let data = self.memory.data_mut(&mut *store);
+        if data.len() != image.len() {
+            return false;
+        }
+        let pages = data.len() / PAGE;
+        let mut bits = mask;
+        while bits != 0 {
+            let bit = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            for p in (bit..pages).step_by(64) {
+                let r = p * PAGE..(p + 1) * PAGE;
+                data[r.clone()].copy_from_slice(&image[r]);
+            }
+        }
+        if self.dirty.set(&mut *store, Val::I64(0)).is_err() {
+            return false;
+        }
+        self.globals
+            .iter()
+            .all(|(g, v)| g.set(&mut *store, *v).is_ok())
+    }
+
+    /// Whether the instance holds exactly what instantiation gave it: every byte of memory,
+    /// every mutable global, and an empty dirty mask (for tests).
+    #[cfg(test)]
+    pub fn is_as_made<T>(&self, store: &mut Store<T>) -> bool {
+        fn bits(v: &Val) -> Option<u128> {
+            Some(match v {
+                Val::I32(x) => *x as u32 as u128,
+                Val::I64(x) => *x as u64 as u128,
+                Val::F32(x) => *x as u128,
+                Val::F64(x) => *x as u128,
+                Val::V128(x) => x.as_u128(),
+                _ => return None,
+            })
+        }
+        self.memory.data(&*store) == &self.image[..]
+            && matches!(self.dirty.get(&mut *store), Val::I64(0))
+            && self.globals.iter().all(|(g, v)| {
+                let now = g.get(&mut *store);
+                bits(&now).is_some() && bits(&now) == bits(v)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The reference for the instrumented sequence and the host's marks.
+    fn pages_slow(start: u64, len: u64) -> u64 {
+        let mut m = 0u64;
+        for b in start..start + len {
+            m |= 1 << ((b >> PAGE_SHIFT) % 64);
+        }
+        m
+    }
+
+    #[test]
+    fn page_masks() {
+        assert_eq!(pages(0, 0), 0);
+        assert_eq!(pages(0, 1), 1);
+        assert_eq!(pages(4095, 2), 0b11);
+        assert_eq!(pages(4096 * 63, 4097), 1 << 63 | 1);
+        assert_eq!(pages(0, 64 * 4096), u64::MAX);
+        assert_eq!(pages(5, 200 * 4096), u64::MAX);
+    }
+
+    proptest! {
+        #[test]
+        fn page_masks_match_the_bytes(start in 0u64..(1 << 20), len in 0u64..(80 * 4096)) {
+            prop_assert_eq!(pages(start, len), pages_slow(start, len));
+        }
+    }
+
+    #[test]
+    fn modules_that_could_keep_state_elsewhere_are_not_rewound() {
+        let cases = [
+            (
+                r#"(module (memory (export "memory") 1) (table 1 funcref)
+                    (func (export "run") (result i32) (table.set (i32.const 0) (ref.null func)) (i32.const 0)))"#,
+                "table.set",
+            ),
+            (
+                r#"(module (memory (export "memory") 1) (data "x")
+                    (func (export "run") (result i32) (data.drop 0) (i32.const 0)))"#,
+                "data.drop",
+            ),
+            (
+                r#"(module (memory (export "memory") 1) (func $s) (start $s)
+                    (func (export "run") (result i32) (i32.const 0)))"#,
+                "start function",
+            ),
+            (
+                r#"(module (memory (export "memory") 1 1 shared)
+                    (func (export "run") (result i32) (i32.const 0)))"#,
+                "subset",
+            ),
+            (
+                r#"(module (memory (export "memory") 1) (global (export "__meshcache_dirty") i32 (i32.const 0))
+                    (func (export "run") (result i32) (i32.const 0)))"#,
+                "reserved",
+            ),
+            (
+                r#"(module (import "meshcache" "m" (memory 1)) (export "memory" (memory 0))
+                    (func (export "run") (result i32) (i32.const 0)))"#,
+                "imports something",
+            ),
+            (
+                r#"(module (memory (export "memory") 1) (global (mut funcref) (ref.null func))
+                    (func (export "run") (result i32) (i32.const 0)))"#,
+                "reference type",
+            ),
+        ];
+        for (text, why) in cases {
+            let wasm = wat::parse_str(text).expect("parses");
+            let err = instrument(&wasm).expect_err(why);
+            assert!(err.0.contains(why), "{why}: {}", err.0);
+        }
+    }
+
+    #[test]
+    fn a_module_without_globals_gets_the_sections_it_needs() {
+        let wasm = wat::parse_str(
+            r#"(module (memory (export "memory") 1)
+                 (func (export "run") (result i32) (i32.store (i32.const 8) (i32.const 1)) (i32.const 0)))"#,
+        )
+        .expect("parses");
+        let out = instrument(&wasm).expect("rewindable");
+        assert!(out.globals.is_empty());
+        let exports: Vec<String> = Parser::new(0)
+            .parse_all(&out.bytes)
+            .filter_map(|p| match p {
+                Ok(Payload::ExportSection(e)) => Some(
+                    e.into_iter()
+                        .map(|e| e.unwrap().name.to_owned())
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(exports, ["memory", "run", DIRTY]);
+    }
+}
