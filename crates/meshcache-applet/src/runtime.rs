@@ -1,9 +1,10 @@
-//! The runtime: one wasmtime engine per proxy, compiled modules cached by content, and a fresh,
-//! limited store for every run.
+//! The runtime: one wasmtime engine per proxy, compiled modules cached by content, and every run
+//! in a limited store whose instance is as instantiation left it.
 //!
-//! A run: a [`wasmtime::Store`] is made for the call with the request, the document and the
-//! run's limits in it; the module's pre-linked instance ([`wasmtime::InstancePre`]) is
-//! instantiated from the pooling allocator (no `mmap` per call); `run` is called under an epoch
+//! A run: a [`wasmtime::Store`] holds the request, the document and the run's limits; its
+//! instance is one kept ready (below) or the module's pre-linked instance
+//! ([`wasmtime::InstancePre`]) instantiated from the pooling allocator (no `mmap` per call);
+//! `run` is called under an epoch
 //! deadline (a ticker thread advances the engine's epoch every [`TICK`] while runs come, see
 //! [`crate::ticker`]); the result, the
 //! built response and the run's key/value writes and log records are kept only if it returned
@@ -529,7 +530,8 @@ impl Runtime {
         items: Arc<dyn Items>,
     ) -> (Verdict, Spent) {
         let started = Instant::now();
-        if applet.quarantined_until.load(Relaxed) > self.clock_ms() {
+        let until = applet.quarantined_until.load(Relaxed);
+        if until != 0 && until > self.clock_ms() {
             self.counters.quarantined.fetch_add(1, Relaxed);
             return (Verdict::Origin(Reason::Quarantined), Spent(None));
         }

@@ -155,7 +155,7 @@ fn the_ticker_sleeps_when_idle_and_a_run_wakes_it() {
     let rt = runtime();
     let null = module("", "", "i32.const 0");
     assert!(matches!(run(&rt, &null, inv(b"")), Verdict::Cached));
-    // No run for a while: the ticker goes to sleep (after 100 ticks of 1 ms).
+    // No run for a while: the ticker goes to sleep (after 20 ticks of 5 ms).
     let until = Instant::now() + Duration::from_secs(5);
     while rt.ticker_sleeps() == 0 {
         assert!(Instant::now() < until, "the ticker never went to sleep");
