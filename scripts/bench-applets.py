@@ -7,11 +7,12 @@ the same hits without an applet, at 1, 10 and 20 clients, over the WebStone 2.0 
 process serves every variant (each under its own URL prefix, the applet bound with
 [[applets.bind]], as the paper associates every document with the same applet), so the runs
 differ only in the applet. Following shared/BENCHMARKING.md: meshcache and the origin pinned to
-core 1, wrk to core 0; runs interleaved (every variant once per round and client count); a fresh
-network namespace when the machine allows it; the hits proven by meshcache's miss counter
-staying put during each run; every applet run proven by its counters (no run may end at the
-origin). The response time compared is the closed-loop clients' cycle time (clients × duration /
-requests, Little's law); each run also records meshcache's CPU per hit, wrk's CPU and steal.
+core 1, wrk to core 0; runs interleaved (every variant once per round and client count, each
+round starting one variant later than the last); a fresh network namespace when the machine
+allows it; the hits proven by meshcache's miss counter staying put during each run; every
+applet run proven by its counters (no run may end at the origin). The response time compared
+is the closed-loop clients' cycle time (clients × duration / requests, Little's law); each run
+also records meshcache's CPU per hit, wrk's CPU and steal.
 
 Usage: scripts/bench-applets.py [--duration S] [--rounds N] [--clients 1,10,20]
                                 [--applets none,null,log,ads,apc,ssi,csid] [--out DIR]
@@ -302,8 +303,12 @@ end
             log(f"{name}: {len(reqs)} documents cached")
         rows = []
         for rnd in range(1, args.rounds + 1):
+            # Each round starts one variant later, so that no variant (the baseline included)
+            # always runs in the same place in the sequence.
+            k = (rnd - 1) % len(args.applets)
+            order = args.applets[k:] + args.applets[:k]
             for clients in args.clients:
-                for name in args.applets:
+                for name in order:
                     rows.append(self.run_one(name, clients, scripts[name], rnd))
         return rows
 
