@@ -621,10 +621,11 @@ impl Rewind {
     /// Puts the instance back as it was made. `host` is the mask of pages the host wrote. False
     /// if it cannot be (its memory grew): the instance must then be released.
     pub fn rewind<T>(&self, store: &mut Store<T>, host: u64) -> bool {
-        let mask = match self.dirty.get(&mut *store) {
-            Val::I64(m) => m as u64 | host,
+        let marked = match self.dirty.get(&mut *store) {
+            Val::I64(m) => m as u64,
             _ => return false,
         };
+        let mask = marked | host;
         let image = &self.image[..];
         let data = self.memory.data_mut(&mut *store);
         if data.len() != image.len() {
@@ -640,7 +641,7 @@ impl Rewind {
                 data[r.clone()].copy_from_slice(&image[r]);
             }
         }
-        if self.dirty.set(&mut *store, Val::I64(0)).is_err() {
+        if marked != 0 && self.dirty.set(&mut *store, Val::I64(0)).is_err() {
             return false;
         }
         self.globals
