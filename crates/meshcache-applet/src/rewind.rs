@@ -749,6 +749,255 @@ mod tests {
         }
     }
 
+    /// A random module in the rewindable subset, every function exported.
+    fn random_module(seed: &[u8]) -> Option<Vec<u8>> {
+        let mut config = wasm_smith::Config {
+            min_memories: 1,
+            max_memories: 1,
+            max_memory32_bytes: 8 << 16,
+            memory64_enabled: false,
+            threads_enabled: false,
+            exceptions_enabled: false,
+            gc_enabled: false,
+            relaxed_simd_enabled: false,
+            // `externref` needs GC types, which the applet engine does not enable.
+            reference_types_enabled: false,
+            max_imports: 0,
+            min_types: 1,
+            min_funcs: 2,
+            max_funcs: 8,
+            max_instructions: 200,
+            allow_start_export: false,
+            export_everything: true,
+            canonicalize_nans: true,
+            disallow_traps: true,
+            ..wasm_smith::Config::default()
+        };
+        // Half the modules without bulk memory: with it, most also drop a segment, which keeps
+        // them from being rewound at all.
+        config.bulk_memory_enabled = seed.first().is_some_and(|b| b & 1 == 0);
+        let mut u = arbitrary::Unstructured::new(seed);
+        wasm_smith::Module::new(config, &mut u)
+            .ok()
+            .map(|m| m.to_bytes())
+    }
+
+    /// What an instance's exports hold: results of calling every exported function once (with
+    /// zero arguments), then every global and the memory.
+    struct Observed {
+        results: Vec<Option<Vec<u128>>>,
+        globals: Vec<Option<u128>>,
+        memory: Vec<u8>,
+    }
+
+    fn bits(v: &Val) -> Option<u128> {
+        Some(match v {
+            Val::I32(x) => *x as u32 as u128,
+            Val::I64(x) => *x as u64 as u128,
+            Val::F32(x) => *x as u128,
+            Val::F64(x) => *x as u128,
+            Val::V128(x) => x.as_u128(),
+            _ => return None,
+        })
+    }
+
+    /// Instantiates `bytes` and runs its exports (the original module's names only), bounded
+    /// by `fuel` (0: an engine without fuel). `None` if it cannot be instantiated or a call
+    /// runs out of fuel.
+    fn observe(
+        engine: &wasmtime::Engine,
+        bytes: &[u8],
+        names: &[String],
+        fuel: u64,
+    ) -> Option<(Observed, Option<u64>, Vec<u8>)> {
+        let module = wasmtime::Module::new(engine, bytes).ok()?;
+        let mut store = Store::new(engine, ());
+        if fuel > 0 {
+            store.set_fuel(fuel).ok()?;
+        }
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).ok()?;
+        let memory = instance.exports(&mut store).find_map(|e| e.into_memory())?;
+        let image = memory.data(&store).to_vec();
+        let mut results = Vec::new();
+        for name in names {
+            if let Some(f) = instance.get_func(&mut store, name) {
+                let ty = f.ty(&store);
+                let params: Vec<Val> = ty
+                    .params()
+                    .map(|t| Val::default_for_ty(&t).unwrap_or(Val::I32(0)))
+                    .collect();
+                let mut out: Vec<Val> = ty.results().map(|_| Val::I32(0)).collect();
+                if f.call(&mut store, &params, &mut out).is_err() {
+                    if fuel > 0 && store.get_fuel().ok()? == 0 {
+                        return None;
+                    }
+                    results.push(None);
+                    continue;
+                }
+                results.push(Some(out.iter().map(|v| bits(v).unwrap_or(0)).collect()));
+            }
+        }
+        let mut globals = Vec::new();
+        for name in names {
+            if let Some(g) = instance.get_global(&mut store, name) {
+                globals.push(bits(&g.get(&mut store)));
+            }
+        }
+        let dirty = instance
+            .get_global(&mut store, DIRTY)
+            .and_then(|g| match g.get(&mut store) {
+                Val::I64(m) => Some(m as u64),
+                _ => None,
+            });
+        let memory = memory.data(&store).to_vec();
+        Some((
+            Observed {
+                results,
+                globals,
+                memory,
+            },
+            dirty,
+            image,
+        ))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// For random modules: the rewrite never fails on a module the scan accepts, the
+        /// instrumented module computes exactly what the original does, and every 4 KiB page
+        /// its memory differs in afterwards has its bit in the dirty mask.
+        #[test]
+        fn instrumented_modules_compute_the_same_and_mark_every_page_they_change(
+            seed in proptest::collection::vec(any::<u8>(), 4096..16384)
+        ) {
+            let Some(original) = random_module(&seed) else { return Ok(()) };
+            let out = match instrument(&original) {
+                Ok(out) => out,
+                Err(why) => {
+                    prop_assert!(!why.0.contains("rewrite"), "{}", why.0);
+                    return Ok(());
+                }
+            };
+            let names: Vec<String> = Parser::new(0)
+                .parse_all(&original)
+                .filter_map(|p| match p {
+                    Ok(Payload::ExportSection(e)) => Some(
+                        e.into_iter()
+                            .filter_map(|e| e.ok().map(|e| e.name.to_owned()))
+                            .collect::<Vec<_>>(),
+                    ),
+                    _ => None,
+                })
+                .flatten()
+                .collect();
+            let mut config = wasmtime::Config::new();
+            config.consume_fuel(true);
+            let engine = wasmtime::Engine::new(&config).expect("engine");
+            let Some((plain, _, _)) = observe(&engine, &original, &names, 200_000) else {
+                return Ok(());
+            };
+            let (marked, dirty, image) = observe(&engine, &out.bytes, &names, 10_000_000)
+                .expect("the instrumented module runs wherever the original does");
+            prop_assert_eq!(&plain.results, &marked.results);
+            prop_assert_eq!(&plain.globals, &marked.globals);
+            prop_assert!(plain.memory == marked.memory, "memories differ");
+            let dirty = dirty.expect("the dirty mask is exported");
+            for (p, (now, was)) in marked.memory.chunks(PAGE).zip(image.chunks(PAGE)).enumerate() {
+                prop_assert!(
+                    now == was || dirty & (1 << (p % 64)) != 0,
+                    "page {} changed but its bit is not set (mask {:#x})", p, dirty
+                );
+            }
+        }
+    }
+
+    /// One memory write of the property below, as text: an instruction of every kind that
+    /// writes, at a random address, with a random memarg offset, width and value.
+    fn write_text(kind: u8, at: u32, offset: u32, n: u32, value: i64) -> String {
+        let v32 = format!("(i32.const {})", value as i32);
+        let v64 = format!("(i64.const {value})");
+        let vf32 = format!("(f32.reinterpret_i32 {v32})");
+        let vf64 = format!("(f64.reinterpret_i64 {v64})");
+        let vv = format!("(v128.const i64x2 {value} {})", !value);
+        let (op, v) = match kind % 17 {
+            0 => ("i32.store", v32),
+            1 => ("i64.store", v64),
+            2 => ("f32.store", vf32),
+            3 => ("f64.store", vf64),
+            4 => ("i32.store8", v32),
+            5 => ("i32.store16", v32),
+            6 => ("i64.store8", v64),
+            7 => ("i64.store16", v64),
+            8 => ("i64.store32", v64),
+            9 => ("v128.store", vv),
+            10 => ("v128.store8_lane 3", vv),
+            11 => ("v128.store16_lane 1", vv),
+            12 => ("v128.store32_lane 2", vv),
+            13 => ("v128.store64_lane 1", vv),
+            14 => {
+                return format!(
+                    "(memory.fill (i32.const {at}) (i32.const {}) (i32.const {n}))",
+                    value as u8
+                )
+            }
+            15 => {
+                return format!(
+                    "(memory.copy (i32.const {at}) (i32.const {offset}) (i32.const {n}))"
+                )
+            }
+            _ => {
+                return format!(
+                    "(memory.init $p (i32.const {at}) (i32.const 0) (i32.const {}))",
+                    n % 17
+                )
+            }
+        };
+        let (op, lane) = op.split_once(' ').map_or((op, ""), |(o, l)| (o, l));
+        format!("({op} offset={offset} {lane} (i32.const {at}) {v})")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        /// Random writes of every kind, wherever the memory allows (six 64 KiB pages, so above
+        /// 256 KiB pages share bits): the instrumented module leaves memory exactly as the
+        /// original does, and marks every page that differs from the image afterwards. Writes
+        /// out of bounds trap in both alike.
+        #[test]
+        fn instrumented_writes_do_what_the_originals_do_and_mark_their_pages(
+            writes in proptest::collection::vec(
+                (any::<u8>(), 0u32..(6 << 16), 0u32..70_000, 0u32..80_000, any::<i64>()),
+                1..12,
+            )
+        ) {
+            let body: String = writes
+                .iter()
+                .map(|&(k, at, offset, n, v)| write_text(k, at, offset, n, v))
+                .collect();
+            let text = format!(
+                r#"(module (memory (export "memory") 6)
+                     (data (i32.const 100) "initial bytes")
+                     (data (i32.const 300000) "above 256 KiB")
+                     (data $p "passive segment!")
+                     (func (export "go") {body}))"#
+            );
+            let original = wat::parse_str(&text).expect("parses");
+            let out = instrument(&original).expect("rewindable");
+            let engine = wasmtime::Engine::default();
+            let names = ["go".to_string()];
+            let (plain, _, _) = observe(&engine, &original, &names, 0).expect("runs");
+            let (marked, dirty, image) = observe(&engine, &out.bytes, &names, 0).expect("runs");
+            prop_assert_eq!(&plain.results, &marked.results);
+            prop_assert!(plain.memory == marked.memory, "memories differ");
+            let dirty = dirty.expect("the dirty mask is exported");
+            for (p, (now, was)) in marked.memory.chunks(PAGE).zip(image.chunks(PAGE)).enumerate() {
+                prop_assert!(
+                    now == was || dirty & (1 << (p % 64)) != 0,
+                    "page {} changed but its bit is not set (mask {:#x})", p, dirty
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_module_without_globals_gets_the_sections_it_needs() {
         let wasm = wat::parse_str(
