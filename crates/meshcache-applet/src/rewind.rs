@@ -11,8 +11,8 @@
 //!   instructions that set, in a global the module cannot name (it is added after its own), the
 //!   bit of each 4 KiB page written: page `p` is bit `p mod 64` ([`pages`] is the same mapping
 //!   for the host's own writes). Rewinding copies back, from the image taken right after
-//!   instantiation, every page whose bit is set (and, for a memory above 256 KiB, the pages that
-//!   share the bit). A memory that grew is not rewound.
+//!   instantiation ([`Image`], sparse), every page whose bit is set (and, for a memory above
+//!   256 KiB, the pages that share the bit). A memory that grew is not rewound.
 //! - **Globals.** Every mutable global is exported under a reserved name and set back to its
 //!   value after instantiation.
 //! - **Everything else is left unchanged by construction.** A module qualifies only if nothing
@@ -577,14 +577,82 @@ impl Rewriter<'_> {
     }
 }
 
+/// A memory as instantiation leaves it, kept sparse: only its pages that are not all zeros
+/// (those of the data segments), so a module declaring a large memory costs no more to keep
+/// than its data. Shared by all instances of the module: instantiating a module without a start
+/// function always gives the same memory.
+#[derive(Debug)]
+pub struct Image {
+    /// Bytes.
+    len: usize,
+    /// Per page: where its bytes are in `pages`, or [`ZERO`].
+    index: Vec<u32>,
+    /// The non-zero pages, one after the other.
+    pages: Vec<u8>,
+}
+
+/// An all-zero page in [`Image::index`].
+const ZERO: u32 = u32::MAX;
+
+impl Image {
+    /// The image of `memory` (whose length is a whole number of pages).
+    pub fn of(memory: &[u8]) -> Self {
+        let mut index = Vec::with_capacity(memory.len() / PAGE);
+        let mut pages = Vec::new();
+        for page in memory.chunks(PAGE) {
+            if page.iter().all(|&b| b == 0) {
+                index.push(ZERO);
+            } else {
+                index.push((pages.len() / PAGE) as u32);
+                pages.extend_from_slice(page);
+            }
+        }
+        Image {
+            len: memory.len(),
+            index,
+            pages,
+        }
+    }
+
+    /// Puts page `p` of `memory` back as it is here.
+    fn restore(&self, memory: &mut [u8], p: usize) {
+        let to = &mut memory[p * PAGE..(p + 1) * PAGE];
+        match self.index[p] {
+            ZERO => to.fill(0),
+            i => {
+                let at = i as usize * PAGE;
+                to.copy_from_slice(&self.pages[at..at + PAGE]);
+            }
+        }
+    }
+
+    /// Bytes it keeps (the non-zero pages and the index).
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.pages.len() + self.index.len() * 4
+    }
+
+    /// Whether `memory` is exactly this image.
+    #[cfg(test)]
+    fn matches(&self, memory: &[u8]) -> bool {
+        memory.len() == self.len
+            && memory
+                .chunks(PAGE)
+                .enumerate()
+                .all(|(p, page)| match self.index[p] {
+                    ZERO => page.iter().all(|&b| b == 0),
+                    i => page == &self.pages[i as usize * PAGE..(i as usize + 1) * PAGE],
+                })
+    }
+}
+
 /// What rewinds one instance: its memory, its dirty-page mask, its mutable globals and their
-/// values after instantiation, and the memory's image then (shared by all instances of the
-/// module: instantiating a module without a start function always gives the same memory).
+/// values after instantiation, and the module's memory image.
 pub struct Rewind {
     memory: Memory,
     dirty: Global,
     globals: Vec<(Global, Val)>,
-    image: Arc<[u8]>,
+    image: Arc<Image>,
 }
 
 impl Rewind {
@@ -595,7 +663,7 @@ impl Rewind {
         instance: &Instance,
         memory: Memory,
         globals: &[String],
-        image: &std::sync::OnceLock<Arc<[u8]>>,
+        image: &std::sync::OnceLock<Arc<Image>>,
     ) -> Option<Self> {
         let dirty = instance.get_global(&mut *store, DIRTY)?;
         let mut saved = Vec::with_capacity(globals.len());
@@ -605,9 +673,9 @@ impl Rewind {
             saved.push((g, v));
         }
         let image = image
-            .get_or_init(|| Arc::from(memory.data(&*store)))
+            .get_or_init(|| Arc::new(Image::of(memory.data(&*store))))
             .clone();
-        if image.len() != memory.data_size(&*store) {
+        if image.len != memory.data_size(&*store) {
             return None;
         }
         Some(Rewind {
@@ -626,9 +694,8 @@ impl Rewind {
             _ => return false,
         };
         let mask = marked | host;
-        let image = &self.image[..];
         let data = self.memory.data_mut(&mut *store);
-        if data.len() != image.len() {
+        if data.len() != self.image.len {
             return false;
         }
         let pages = data.len() / PAGE;
@@ -637,8 +704,7 @@ impl Rewind {
             let bit = bits.trailing_zeros() as usize;
             bits &= bits - 1;
             for p in (bit..pages).step_by(64) {
-                let r = p * PAGE..(p + 1) * PAGE;
-                data[r.clone()].copy_from_slice(&image[r]);
+                self.image.restore(data, p);
             }
         }
         if marked != 0 && self.dirty.set(&mut *store, Val::I64(0)).is_err() {
@@ -663,7 +729,7 @@ impl Rewind {
                 _ => return None,
             })
         }
-        self.memory.data(&*store) == &self.image[..]
+        self.image.matches(self.memory.data(&*store))
             && matches!(self.dirty.get(&mut *store), Val::I64(0))
             && self.globals.iter().all(|(g, v)| {
                 let now = g.get(&mut *store);
@@ -684,6 +750,23 @@ mod tests {
             m |= 1 << ((b >> PAGE_SHIFT) % 64);
         }
         m
+    }
+
+    #[test]
+    fn images_keep_only_the_pages_with_data() {
+        let mut memory = vec![0u8; 16 * PAGE];
+        memory[5] = 1;
+        memory[9 * PAGE + 100] = 2;
+        let image = Image::of(&memory);
+        assert_eq!(image.kept(), 2 * PAGE + 16 * 4);
+        assert!(image.matches(&memory));
+        let mut scribbled = vec![7u8; 16 * PAGE];
+        for p in 0..16 {
+            image.restore(&mut scribbled, p);
+        }
+        assert_eq!(scribbled, memory);
+        scribbled[3 * PAGE] = 1;
+        assert!(!image.matches(&scribbled));
     }
 
     #[test]

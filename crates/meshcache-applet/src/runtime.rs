@@ -42,7 +42,7 @@ use wasmtime::{
 use crate::abi::{self, Outcome};
 use crate::config::AppletConfig;
 use crate::host::{self, Ended, RunState, VerifyMemo};
-use crate::rewind::{self, Rewind};
+use crate::rewind::{self, Image, Rewind};
 use crate::state::{KvStores, LogSpool};
 use crate::ticker::Ticker;
 use crate::AppletError;
@@ -184,7 +184,7 @@ pub struct Applet {
     /// Why it was not, if it was not.
     pub not_rewound: Option<String>,
     /// Its memory as instantiation leaves it (taken from its first instance).
-    image: OnceLock<Arc<[u8]>>,
+    image: OnceLock<Arc<Image>>,
     /// Instances ready for the next hits: rewound after a run, or made ahead.
     warm: Mutex<Vec<Warm>>,
     /// Runs in a row that ended in a fault (trap, limit, invalid result).
@@ -456,22 +456,24 @@ impl Runtime {
     }
 
     fn compile_new(&self, bytes: &[u8], hash: [u8; 32]) -> Result<Arc<Applet>, AppletError> {
-        let module =
-            Module::new(&self.engine, bytes).map_err(|e| AppletError::Compile(format!("{e:#}")))?;
-        check_exports(&module)?;
-        // The module as given is checked first, so that its errors are its own; then it is
-        // compiled again instrumented, if it qualifies.
+        let original = |bytes: &[u8]| {
+            Module::new(&self.engine, bytes).map_err(|e| AppletError::Compile(format!("{e:#}")))
+        };
+        // Compiled instrumented if it qualifies (the rewrite adds exports and changes none),
+        // else as given; a rewrite that does not compile (a bug here) falls back to the
+        // module as given, whose own errors are then the ones reported.
         let (module, rewindable, not_rewound) = match rewind::instrument(bytes) {
             Ok(r) => match Module::new(&self.engine, &r.bytes) {
                 Ok(m) => (m, Some(r.globals), None),
                 Err(e) => (
-                    module,
+                    original(bytes)?,
                     None,
                     Some(format!("the rewrite does not compile: {e:#}")),
                 ),
             },
-            Err(why) => (module, None, Some(why.0)),
+            Err(why) => (original(bytes)?, None, Some(why.0)),
         };
+        check_exports(&module)?;
         if let Some(why) = &not_rewound {
             tracing::info!(
                 module = %hex(&hash[..6]),
