@@ -719,16 +719,6 @@ impl Rewind {
     /// every mutable global, and an empty dirty mask (for tests).
     #[cfg(test)]
     pub fn is_as_made<T>(&self, store: &mut Store<T>) -> bool {
-        fn bits(v: &Val) -> Option<u128> {
-            Some(match v {
-                Val::I32(x) => *x as u32 as u128,
-                Val::I64(x) => *x as u64 as u128,
-                Val::F32(x) => *x as u128,
-                Val::F64(x) => *x as u128,
-                Val::V128(x) => x.as_u128(),
-                _ => return None,
-            })
-        }
         self.image.matches(self.memory.data(&*store))
             && matches!(self.dirty.get(&mut *store), Val::I64(0))
             && self.globals.iter().all(|(g, v)| {
@@ -736,6 +726,19 @@ impl Rewind {
                 bits(&now).is_some() && bits(&now) == bits(v)
             })
     }
+}
+
+/// A numeric value's bits, for comparing values (NaNs included) in tests.
+#[cfg(test)]
+fn bits(v: &Val) -> Option<u128> {
+    Some(match v {
+        Val::I32(x) => *x as u32 as u128,
+        Val::I64(x) => *x as u64 as u128,
+        Val::F32(x) => *x as u128,
+        Val::F64(x) => *x as u128,
+        Val::V128(x) => x.as_u128(),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -871,17 +874,6 @@ mod tests {
         results: Vec<Option<Vec<u128>>>,
         globals: Vec<Option<u128>>,
         memory: Vec<u8>,
-    }
-
-    fn bits(v: &Val) -> Option<u128> {
-        Some(match v {
-            Val::I32(x) => *x as u32 as u128,
-            Val::I64(x) => *x as u64 as u128,
-            Val::F32(x) => *x as u128,
-            Val::F64(x) => *x as u128,
-            Val::V128(x) => x.as_u128(),
-            _ => return None,
-        })
     }
 
     /// Instantiates `bytes` and runs its exports (the original module's names only), bounded

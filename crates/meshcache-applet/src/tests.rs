@@ -453,6 +453,17 @@ fn the_compiled_module_cache_is_bounded() {
     assert_eq!(rt.modules(), 2);
 }
 
+/// Runs `applet` for one hit that serves the cached copy, checks the spent run holds on to
+/// nothing of the request, and hands it to `replenish`.
+fn run_holding_nothing(rt: &Runtime, applet: &crate::Applet, i: usize) {
+    let inv = inv(b"doc");
+    let headers = inv.headers.clone();
+    let (verdict, spent) = rt.run_deferred(applet, inv, Arc::new(NoItems));
+    assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
+    assert_eq!(Arc::strong_count(&headers), 1, "run {i}: headers held");
+    rt.replenish(applet, spent);
+}
+
 /// A module that cannot be rewound (here: it drops a data segment, state no rewind restores) gets
 /// its next instance made ahead once a hit is answered, and each run still starts from an
 /// instance nothing has run in: a run that finds the mark an earlier run left in memory returns
@@ -476,12 +487,7 @@ fn instances_made_ahead_are_fresh_and_used_once() {
     assert!(!applet.rewindable());
     assert!(applet.not_rewound.as_deref().unwrap().contains("data.drop"));
     for i in 0..5 {
-        let inv = inv(b"doc");
-        let headers = inv.headers.clone();
-        let (verdict, spent) = rt.run_deferred(&applet, inv, Arc::new(NoItems));
-        assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
-        assert_eq!(Arc::strong_count(&headers), 1, "run {i}: headers held");
-        rt.replenish(&applet, spent);
+        run_holding_nothing(&rt, &applet, i);
     }
     assert_eq!(rt.counters.made_ahead.load(Relaxed), 4);
     // A run whose store is simply dropped takes the one made ahead and leaves none.
@@ -507,12 +513,7 @@ fn a_rewound_instance_starts_as_a_fresh_one() {
     let applet = rt.compile(&wasm).expect("compiles");
     assert!(applet.rewindable(), "{:?}", applet.not_rewound);
     for i in 0..5 {
-        let inv = inv(b"doc");
-        let headers = inv.headers.clone();
-        let (verdict, spent) = rt.run_deferred(&applet, inv, Arc::new(NoItems));
-        assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
-        assert_eq!(Arc::strong_count(&headers), 1, "run {i}: headers held");
-        rt.replenish(&applet, spent);
+        run_holding_nothing(&rt, &applet, i);
         assert_eq!(applet.ready_as_made(), (1, true), "run {i}");
     }
     // Dropping what the run hands back changes nothing: the instance was kept already.
