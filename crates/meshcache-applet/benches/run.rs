@@ -14,7 +14,7 @@ use meshcache_applet::{AppletConfig, Invocation, Item, Items, Runtime};
 
 struct NoItems;
 impl Items for NoItems {
-    fn open(&self, _url: &str) -> Option<Item> {
+    fn open(&self, _url: &str, _request: &HeaderMap) -> Option<Item> {
         None
     }
 }

@@ -116,8 +116,10 @@ impl Default for AppletConfig {
 impl AppletConfig {
     /// The CPU budget of one run over a document of `size` bytes.
     pub fn cpu_budget(&self, size: usize) -> Duration {
-        let per = self.cpu_per_mib.as_secs_f64() * size as f64 / (1u64 << 20) as f64;
-        (self.cpu + Duration::from_secs_f64(per)).min(self.cpu_max)
+        // In whole nanoseconds: this runs on every hit, and integer arithmetic is exact.
+        let per = (self.cpu_per_mib.as_nanos() * size as u128) >> 20;
+        let total = (self.cpu.as_nanos() + per).min(self.cpu_max.as_nanos());
+        Duration::from_nanos(u64::try_from(total).unwrap_or(u64::MAX))
     }
 
     /// Checks the values against each other: `Err((dotted key, what is wrong))`.
@@ -236,6 +238,9 @@ mod tests {
         assert_eq!(c.cpu_budget(0), Duration::from_millis(20));
         assert_eq!(c.cpu_budget(5 << 20), Duration::from_millis(70));
         assert_eq!(c.cpu_budget(1 << 30), Duration::from_millis(200));
+        assert_eq!(c.cpu_budget(1 << 19), Duration::from_millis(25));
+        assert_eq!(c.cpu_budget(1), Duration::from_nanos(20_000_009));
+        assert_eq!(c.cpu_budget(usize::MAX), Duration::from_millis(200));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! would pass a bound returns `-1` and does nothing; passing the output bound also marks the run
 //! so its result cannot be served.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -22,6 +23,8 @@ const MAX_OPEN: usize = 64;
 const MAX_HEADERS: usize = 64;
 /// The longest header (name plus value) a built response may carry.
 const MAX_HEADER_BYTES: usize = 8 << 10;
+/// The longest `item_find` needle whose searcher is kept from one call (and run) to the next.
+const MAX_KEPT_NEEDLE: usize = 256;
 
 type Fault = wasmtime::Error;
 
@@ -115,7 +118,10 @@ impl Output {
 
 /// What a finished run produced, out of its state.
 pub(crate) struct Ended {
-    pub inv: Invocation,
+    /// The run's invocation (none for an instance no hit ran in).
+    pub inv: Option<Invocation>,
+    /// The origin's store, if the run looked it up.
+    pub kv: Option<Arc<Mutex<KvStore>>>,
     pub output: Option<Output>,
     pub kv_writes: KvWrites,
     pub log: Vec<Bytes>,
@@ -123,12 +129,16 @@ pub(crate) struct Ended {
 
 /// Everything one run owns: its inputs, its bounds, what it built, what it wants to keep.
 pub(crate) struct RunState {
-    pub inv: Invocation,
-    items: Arc<dyn Items>,
+    /// The hit being answered; none between runs (the state holds nothing of a past hit, and
+    /// nothing shared with the other runs' states: taking it costs no atomic operation on a
+    /// line another core is using).
+    inv: Option<Invocation>,
+    items: Option<Arc<dyn Items>>,
     kv_stores: Arc<KvStores>,
     verified: Arc<VerifyMemo>,
-    /// The origin's store, looked up on the run's first store access.
-    kv: Option<Arc<Mutex<KvStore>>>,
+    /// The store of an origin (`.0`), looked up on a run's first store access and kept while
+    /// the runs are for that origin (stores are never dropped, so a kept one stays current).
+    kv: Option<(Arc<str>, Arc<Mutex<KvStore>>)>,
     pub limiter: Limiter,
     pub memory: Option<Memory>,
     open: Vec<Item>,
@@ -144,12 +154,15 @@ pub(crate) struct RunState {
     log_per_run: u64,
     /// Pages of the applet's memory the host wrote ([`crate::rewind::pages`]).
     dirty: u64,
+    /// The searcher of the last `item_find` needle. It depends on the needle alone, so it is
+    /// kept across runs: an applet searching for the same marker on every hit builds it once.
+    finder: Option<memchr::memmem::Finder<'static>>,
 }
 
 impl RunState {
     pub fn new(
-        inv: Invocation,
-        items: Arc<dyn Items>,
+        inv: Option<Invocation>,
+        items: Option<Arc<dyn Items>>,
         kv_stores: Arc<KvStores>,
         verified: Arc<VerifyMemo>,
         config: &AppletConfig,
@@ -174,15 +187,18 @@ impl RunState {
             log_left: config.log_per_run,
             log_per_run: config.log_per_run,
             dirty: 0,
+            finder: None,
         }
     }
 
-    /// Gives a state kept ready (made ahead with a placeholder invocation, or left by an
-    /// earlier run and ended) the hit's invocation, and the run's bounds afresh.
+    /// Gives a state kept ready (made ahead, or left by an earlier run and ended) the hit's
+    /// invocation, and the run's bounds afresh.
     pub fn begin(&mut self, inv: Invocation, items: Arc<dyn Items>) {
-        self.inv = inv;
-        self.items = items;
-        self.kv = None;
+        if self.kv.as_ref().is_some_and(|(o, _)| *o != inv.origin) {
+            self.kv = None;
+        }
+        self.inv = Some(inv);
+        self.items = Some(items);
         self.open.clear();
         self.output = None;
         self.output_overrun = false;
@@ -201,28 +217,27 @@ impl RunState {
     /// Takes what a finished run produced out of its state, and lets go of the invocation and
     /// of everything it opened (the caller may want the request's headers back at once; the
     /// store itself may be released later).
-    pub fn end(&mut self, idle: &Invocation, no_items: &Arc<dyn Items>) -> Ended {
-        self.items = no_items.clone();
-        self.kv = None;
+    pub fn end(&mut self) -> Ended {
+        self.items = None;
         self.open.clear();
         Ended {
-            inv: std::mem::replace(&mut self.inv, idle.clone()),
+            kv: self.kv.as_ref().map(|(_, kv)| kv.clone()),
+            inv: self.inv.take(),
             output: self.output.take(),
             kv_writes: std::mem::take(&mut self.kv_writes),
             log: std::mem::take(&mut self.log),
         }
     }
 
-    /// The origin's store.
-    fn kv(&mut self) -> Arc<Mutex<KvStore>> {
-        match &self.kv {
-            Some(kv) => kv.clone(),
-            None => {
-                let kv = self.kv_stores.of(&self.inv.origin);
-                self.kv = Some(kv.clone());
-                kv
-            }
+    /// The origin's store (none outside a run).
+    fn kv(&mut self) -> Option<Arc<Mutex<KvStore>>> {
+        if let Some((_, kv)) = &self.kv {
+            return Some(kv.clone());
         }
+        let origin = self.inv.as_ref()?.origin.clone();
+        let kv = self.kv_stores.of(&origin);
+        self.kv = Some((origin, kv.clone()));
+        Some(kv)
     }
 
     fn output(&mut self) -> &mut Output {
@@ -240,6 +255,30 @@ impl RunState {
                 "the run copied more than applets.max_copy out of the proxy",
             )),
         }
+    }
+
+    /// Where `needle` first occurs at or after `from` in the body of item `handle`; -1 if
+    /// nowhere, or if there is no such item.
+    fn find(&mut self, handle: i32, from: i32, needle: &[u8]) -> i32 {
+        use memchr::memmem::Finder;
+        let kept = needle.len() <= MAX_KEPT_NEEDLE;
+        if kept && self.finder.as_ref().is_none_or(|f| f.needle() != needle) {
+            self.finder = Some(Finder::new(needle).into_owned());
+        }
+        let Some(body) = item(self, handle).map(|i| &i.body) else {
+            return -1;
+        };
+        let from = from.max(0) as usize;
+        if needle.is_empty() || from > body.len() {
+            return -1;
+        }
+        let haystack = &body[from..];
+        let at = match &self.finder {
+            Some(f) if kept => f.find(haystack),
+            _ => memchr::memmem::find(haystack, needle),
+        };
+        at.and_then(|at| i32::try_from(from + at).ok())
+            .unwrap_or(-1)
     }
 
     /// Appends to the built body, or marks the overrun.
@@ -284,9 +323,20 @@ fn read(caller: &mut Caller<'_, RunState>, ptr: i32, n: i32) -> Result<Vec<u8>, 
 
 /// Copies `src` (at most `cap` bytes of it) to the applet; returns the full length.
 fn give(caller: &mut Caller<'_, RunState>, src: &[u8], out: i32, cap: i32) -> Result<i32, Fault> {
-    let n = src.len().min(cap.max(0) as usize);
     let mem = memory(caller)?;
     let (data, state) = mem.data_and_store_mut(&mut *caller);
+    give_into(data, state, src, out, cap)
+}
+
+/// [`give`], given the applet's memory and the run's state.
+fn give_into(
+    data: &mut [u8],
+    state: &mut RunState,
+    src: &[u8],
+    out: i32,
+    cap: i32,
+) -> Result<i32, Fault> {
+    let n = src.len().min(cap.max(0) as usize);
     let r = range(data.len(), out, n as i32)?;
     state.charge_copy(n)?;
     state.dirty |= crate::rewind::pages(r.start as u64, n as u64);
@@ -294,52 +344,43 @@ fn give(caller: &mut Caller<'_, RunState>, src: &[u8], out: i32, cap: i32) -> Re
     Ok(i32::try_from(src.len()).unwrap_or(i32::MAX))
 }
 
-fn header_lines(headers: impl Iterator<Item = (String, Vec<u8>)>) -> Vec<u8> {
+fn header_lines<'a>(headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>) -> Vec<u8> {
     let mut s = Vec::new();
     for (n, v) in headers {
-        s.extend_from_slice(n.as_bytes());
+        s.extend_from_slice(n.as_str().as_bytes());
         s.extend_from_slice(b": ");
-        s.extend_from_slice(&v);
+        s.extend_from_slice(v.as_bytes());
         s.push(b'\n');
     }
     s
 }
 
-fn input_bytes(state: &RunState, which: Input) -> Vec<u8> {
-    let inv = &state.inv;
+fn input_bytes(inv: &Invocation, which: Input) -> Vec<u8> {
     match which {
         Input::Method => inv.method.as_str().as_bytes().to_vec(),
         Input::Url => inv.url.as_bytes().to_vec(),
-        Input::RequestHeaders => header_lines(
-            inv.headers
-                .iter()
-                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())),
-        ),
+        Input::RequestHeaders => header_lines(inv.headers.iter()),
         Input::ClientAddr => inv.client.to_string().into_bytes(),
         Input::Status => inv.document.status.as_str().as_bytes().to_vec(),
-        Input::DocumentHeaders => header_lines(
-            inv.document
-                .headers
-                .iter()
-                .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())),
-        ),
+        Input::DocumentHeaders => header_lines(inv.document.headers.iter().map(|(n, v)| (n, v))),
     }
 }
 
-/// Values of a header, `, `-joined; `None` if absent.
+/// Values of a header, `, `-joined (a single value is not copied); `None` if absent.
 fn joined<'a>(
     headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
     name: &[u8],
-) -> Option<Vec<u8>> {
+) -> Option<Cow<'a, [u8]>> {
     let name = HeaderName::from_bytes(name).ok()?;
-    let mut out: Option<Vec<u8>> = None;
+    let mut out: Option<Cow<'a, [u8]>> = None;
     for (_, v) in headers.filter(|(n, _)| **n == name) {
         match &mut out {
             Some(o) => {
+                let o = o.to_mut();
                 o.extend_from_slice(b", ");
                 o.extend_from_slice(v.as_bytes());
             }
-            None => out = Some(v.as_bytes().to_vec()),
+            None => out = Some(Cow::Borrowed(v.as_bytes())),
         }
     }
     out
@@ -362,7 +403,7 @@ fn same_origin(origin: &str, reference: &str) -> Option<String> {
 
 fn item(state: &RunState, handle: i32) -> Option<&Item> {
     match usize::try_from(handle).ok()? {
-        0 => Some(&state.inv.document),
+        0 => state.inv.as_ref().map(|i| &i.document),
         h => state.open.get(h - 1),
     }
 }
@@ -374,10 +415,10 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         m,
         "input",
         |mut c: Caller<'_, RunState>, which: i32, out: i32, cap: i32| -> wasmtime::Result<i32> {
-            let Some(which) = Input::from_code(which) else {
+            let (Some(which), Some(inv)) = (Input::from_code(which), &c.data().inv) else {
                 return Ok(-1);
             };
-            let bytes = input_bytes(c.data(), which);
+            let bytes = input_bytes(inv, which);
             give(&mut c, &bytes, out, cap)
         },
     )?;
@@ -385,9 +426,15 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         m,
         "request_header",
         |mut c: Caller<'_, RunState>, name: i32, len: i32, out: i32, cap: i32| {
-            let name = read(&mut c, name, len)?;
-            match joined(c.data().inv.headers.iter(), &name) {
-                Some(v) => give(&mut c, &v, out, cap),
+            // The name is read in place, and a single value copied straight to the applet.
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let name = &data[range(data.len(), name, len)?];
+            let Some(headers) = state.inv.as_ref().map(|i| i.headers.clone()) else {
+                return Ok(-1);
+            };
+            match joined(headers.iter(), name) {
+                Some(v) => give_into(data, state, &v, out, cap),
                 None => Ok(-1),
             }
         },
@@ -409,10 +456,13 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             let Ok(url) = std::str::from_utf8(&url) else {
                 return Ok(-1);
             };
-            let Some(abs) = same_origin(&state.inv.origin, url) else {
+            let (Some(inv), Some(items)) = (&state.inv, &state.items) else {
                 return Ok(-1);
             };
-            match state.items.open(&abs) {
+            let Some(abs) = same_origin(&inv.origin, url) else {
+                return Ok(-1);
+            };
+            match items.open(&abs, &inv.headers) {
                 Some(item) => {
                     state.open.push(item);
                     Ok(state.open.len() as i32)
@@ -440,30 +490,27 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         m,
         "item_header",
         |mut c: Caller<'_, RunState>, h: i32, name: i32, len: i32, out: i32, cap: i32| {
-            let name = read(&mut c, name, len)?;
-            let Some(value) = item(c.data(), h)
-                .and_then(|i| joined(i.headers.iter().map(|(n, v)| (n, v)), &name))
-            else {
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let name = &data[range(data.len(), name, len)?];
+            let Some(headers) = item(state, h).map(|i| i.headers.clone()) else {
                 return Ok(-1);
             };
-            give(&mut c, &value, out, cap)
+            match joined(headers.iter().map(|(n, v)| (n, v)), name) {
+                Some(v) => give_into(data, state, &v, out, cap),
+                None => Ok(-1),
+            }
         },
     )?;
     linker.func_wrap(
         m,
         "item_find",
         |mut c: Caller<'_, RunState>, h: i32, from: i32, needle: i32, len: i32| {
-            let needle = read(&mut c, needle, len)?;
-            let Some(body) = item(c.data(), h).map(|i| i.body.clone()) else {
-                return Ok(-1);
-            };
-            let from = from.max(0) as usize;
-            if needle.is_empty() || from > body.len() {
-                return Ok(-1);
-            }
-            Ok(memchr::memmem::find(&body[from..], &needle)
-                .and_then(|at| i32::try_from(from + at).ok())
-                .unwrap_or(-1))
+            // The needle is read in place: no copy of it is made.
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let needle = &data[range(data.len(), needle, len)?];
+            Ok(state.find(h, from, needle))
         },
     )?;
     linker.func_wrap(m, "set_status", |mut c: Caller<'_, RunState>, code: i32| {
@@ -537,7 +584,9 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             let state = c.data_mut();
             let value = match state.kv_writes.get(&key) {
                 Some(pending) => pending.clone(),
-                None => state.kv().lock().get(&key).map(<[u8]>::to_vec),
+                None => state
+                    .kv()
+                    .and_then(|kv| kv.lock().get(&key).map(<[u8]>::to_vec)),
             };
             match value {
                 Some(v) => give(&mut c, &v, out, cap),
@@ -555,8 +604,11 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             let key = read(&mut c, k, kl)?;
             let value = read(&mut c, v, vl)?;
             let state = c.data_mut();
+            let Some(kv) = state.kv() else {
+                return Ok(-1);
+            };
             let previous = state.kv_writes.insert(key.clone(), Some(value));
-            if state.kv().lock().bytes_after(&state.kv_writes) > state.kv_max {
+            if kv.lock().bytes_after(&state.kv_writes) > state.kv_max {
                 match previous {
                     Some(p) => state.kv_writes.insert(key, p),
                     None => state.kv_writes.remove(&key),
@@ -593,45 +645,72 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         m,
         "ed25519_verify",
         |mut c: Caller<'_, RunState>, pk: i32, sig: i32, msg: i32, len: i32| {
-            let pk = read(&mut c, pk, 32)?;
-            let sig = read(&mut c, sig, 64)?;
-            let msg = read(&mut c, msg, len)?;
-            Ok(i32::from(c.data().verified.verify(&pk, &sig, &msg)))
+            // Checked in place: nothing is copied out of the applet.
+            let mem = memory(&c)?;
+            let (data, state) = mem.data_and_store_mut(&mut c);
+            let pk = &data[range(data.len(), pk, 32)?];
+            let sig = &data[range(data.len(), sig, 64)?];
+            let msg = &data[range(data.len(), msg, len)?];
+            Ok(i32::from(state.verified.verify(pk, sig, msg)))
         },
     )?;
     Ok(())
 }
 
 /// Results of recent signature checks. A check is a pure function of (key, signature,
-/// message), so a remembered result is exact; it saves the ~50 µs of curve arithmetic when the
-/// same token comes back on every request of a session. Keyed by SHA-256 of the three inputs;
-/// bounded (emptied when full).
+/// message), so a remembered result is exact: each is kept under its signature with the key
+/// and message it was checked with, and used only when both are the same bytes again. It saves
+/// the ~50 µs of curve arithmetic when the same token comes back on every request of a
+/// session. Bounded: [`VERIFY_MEMO`] results (emptied when full), of messages of at most
+/// [`VERIFY_MEMO_MSG`] bytes (longer ones are checked every time).
 #[derive(Debug, Default)]
 pub(crate) struct VerifyMemo {
-    results: Mutex<std::collections::HashMap<[u8; 32], bool>>,
+    results: Mutex<std::collections::HashMap<[u8; 64], Checked>>,
+}
+
+#[derive(Debug)]
+struct Checked {
+    key: [u8; 32],
+    msg: Box<[u8]>,
+    ok: bool,
 }
 
 /// The most results remembered.
 const VERIFY_MEMO: usize = 4096;
+/// The longest message whose result is remembered.
+const VERIFY_MEMO_MSG: usize = 1024;
 
 impl VerifyMemo {
     pub fn verify(&self, public_key: &[u8], signature: &[u8], msg: &[u8]) -> bool {
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        h.update(public_key);
-        h.update(signature);
-        h.update((msg.len() as u64).to_le_bytes());
-        h.update(msg);
-        let key: [u8; 32] = h.finalize().into();
-        if let Some(ok) = self.results.lock().get(&key) {
-            return *ok;
+        let (Ok(key), Ok(sig)) = (
+            <[u8; 32]>::try_from(public_key),
+            <[u8; 64]>::try_from(signature),
+        ) else {
+            return false;
+        };
+        let remember = msg.len() <= VERIFY_MEMO_MSG;
+        if remember {
+            if let Some(c) = self.results.lock().get(&sig) {
+                if c.key == key && *c.msg == *msg {
+                    return c.ok;
+                }
+            }
         }
         let ok = verify(public_key, signature, msg);
-        let mut results = self.results.lock();
-        if results.len() >= VERIFY_MEMO {
-            results.clear();
+        if remember {
+            let mut results = self.results.lock();
+            if results.len() >= VERIFY_MEMO && !results.contains_key(&sig) {
+                results.clear();
+            }
+            results.insert(
+                sig,
+                Checked {
+                    key,
+                    msg: msg.into(),
+                    ok,
+                },
+            );
         }
-        results.insert(key, ok);
         ok
     }
 }
@@ -686,6 +765,69 @@ mod tests {
         assert_eq!(same_origin(o, "http://a.example/y"), None);
         assert_eq!(same_origin(o, "//b.example/y"), None);
         assert_eq!(same_origin(o, "y"), None);
+    }
+
+    fn state_over(body: &'static [u8]) -> RunState {
+        let inv = Invocation {
+            method: http::Method::GET,
+            url: "http://o.test/doc".into(),
+            origin: Arc::from("http://o.test"),
+            headers: Arc::new(http::HeaderMap::new()),
+            client: std::net::IpAddr::from([127, 0, 0, 1]),
+            document: Item {
+                status: StatusCode::OK,
+                headers: Arc::from(Vec::new()),
+                body: Bytes::from_static(body),
+            },
+            log_to: Arc::from("http://o.test/log"),
+        };
+        struct Nothing;
+        impl Items for Nothing {
+            fn open(&self, _url: &str, _request: &http::HeaderMap) -> Option<Item> {
+                None
+            }
+        }
+        RunState::new(
+            Some(inv),
+            Some(Arc::new(Nothing)),
+            Arc::default(),
+            Arc::default(),
+            &AppletConfig::default(),
+        )
+    }
+
+    proptest::proptest! {
+        /// The kept searcher answers as a fresh search would, whatever was searched before:
+        /// needles short and long (past the kept bound), repeated or not, any start.
+        #[test]
+        fn finds_agree_with_a_plain_search(
+            searches in proptest::collection::vec(
+                (proptest::collection::vec(proptest::sample::select(b"ab<!-".to_vec()), 0..4),
+                 0usize..3, -2i32..400, 0i32..2),
+                1..24),
+        ) {
+            let body: &'static [u8] = Box::leak(
+                b"<!--a--><!-ab<!--".repeat(20).into_boxed_slice());
+            let mut state = state_over(body);
+            let long = body[..300].to_vec();
+            for (short, kind, from, handle) in searches {
+                let needle = match kind {
+                    0 => short,
+                    1 => long.clone(),
+                    _ => b"<!--".to_vec(),
+                };
+                let expected = if handle != 0 || needle.is_empty() || from.max(0) as usize > body.len() {
+                    -1
+                } else {
+                    let from = from.max(0) as usize;
+                    body[from..]
+                        .windows(needle.len())
+                        .position(|w| w == &needle[..])
+                        .map_or(-1, |at| (from + at) as i32)
+                };
+                proptest::prop_assert_eq!(state.find(handle, from, &needle), expected);
+            }
+        }
     }
 
     #[test]

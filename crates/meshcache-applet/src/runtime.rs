@@ -71,8 +71,9 @@ pub struct Item {
 
 /// Where `item_open` finds other cached objects: the proxy's cache, fresh entries only.
 pub trait Items: Send + Sync {
-    /// The fresh cached object stored under this absolute URL, if any.
-    fn open(&self, url: &str) -> Option<Item>;
+    /// The fresh cached object stored under this absolute URL, if any, for a request with
+    /// these headers (they choose among `Vary` variants, and their cache directives apply).
+    fn open(&self, url: &str, request: &HeaderMap) -> Option<Item>;
 }
 
 /// One hit to run an applet for: what the origin would have seen, and the stored document.
@@ -211,6 +212,9 @@ struct Warm {
     _counted: Counted,
 }
 
+/// One run in this many is timed for [`Counters::run_nanos`].
+const TIMED_ONE_IN: u64 = 16;
+
 /// The most instances one applet keeps ready (runs of one applet at the same time beyond this
 /// instantiate at their hit).
 const READY_PER_APPLET: usize = 4;
@@ -312,8 +316,9 @@ pub struct Counters {
     pub compiled: AtomicU64,
     /// Modules that failed to compile or link.
     pub compile_failed: AtomicU64,
-    /// Total run time, microseconds.
-    pub run_micros: AtomicU64,
+    /// Total run time, nanoseconds, estimated: one run in [`TIMED_ONE_IN`] is timed, counting
+    /// for that many (reading the clock twice costs a `null` applet's run a tenth of its time).
+    pub run_nanos: AtomicU64,
 }
 
 /// The Active Cache runtime. One per proxy; shared by all requests.
@@ -330,22 +335,9 @@ pub struct Runtime {
     pub counters: Counters,
     ticker: Ticker,
     started: Instant,
-    /// The invocation an instance made ahead holds until its hit, and a run's state after it.
-    idle: Invocation,
-    /// The items such a state can open: none.
-    no_items: Arc<dyn Items>,
     /// Instances kept ready, and how many may be (a quarter of the pool: the rest is for runs).
     warm: Arc<AtomicUsize>,
     max_warm: usize,
-}
-
-/// What a state that is not running can open: nothing.
-struct NoItems;
-
-impl Items for NoItems {
-    fn open(&self, _url: &str) -> Option<Item> {
-        None
-    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -391,20 +383,6 @@ impl Runtime {
             counters: Counters::default(),
             ticker: Ticker::default(),
             started: Instant::now(),
-            idle: Invocation {
-                method: Method::GET,
-                url: String::new(),
-                origin: Arc::from(""),
-                headers: Arc::new(HeaderMap::new()),
-                client: IpAddr::from([0, 0, 0, 0]),
-                document: Item {
-                    status: StatusCode::OK,
-                    headers: Arc::from(Vec::new()),
-                    body: Bytes::new(),
-                },
-                log_to: Arc::from(""),
-            },
-            no_items: Arc::new(NoItems),
             warm: Arc::new(AtomicUsize::new(0)),
             max_warm: config.instances as usize / 4,
             config,
@@ -531,27 +509,27 @@ impl Runtime {
         inv: Invocation,
         items: Arc<dyn Items>,
     ) -> (Verdict, Spent) {
-        let started = Instant::now();
         let until = applet.quarantined_until.load(Relaxed);
         if until != 0 && until > self.clock_ms() {
             self.counters.quarantined.fetch_add(1, Relaxed);
             return (Verdict::Origin(Reason::Quarantined), Spent(None));
         }
-        self.counters.runs.fetch_add(1, Relaxed);
+        let started =
+            (self.counters.runs.fetch_add(1, Relaxed) % TIMED_ONE_IN == 0).then(Instant::now);
         let ticks = self.deadline_ticks(inv.document.body.len());
         let warm = applet.warm.lock().pop();
-        let (mut store, ready) = match warm {
+        let (mut store, ready, slot) = match warm {
             Some(Warm {
                 mut store,
                 entry,
                 rewind,
-                ..
+                _counted,
             }) => {
                 self.counters.made_ahead.fetch_add(1, Relaxed);
                 store.data_mut().begin(inv, items);
-                (store, Some((entry, rewind)))
+                (store, Some((entry, rewind)), Some(_counted))
             }
-            None => (self.new_store(inv, items), None),
+            None => (self.new_store(Some(inv), Some(items)), None, None),
         };
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
@@ -561,23 +539,22 @@ impl Runtime {
         };
         let Ended {
             inv,
+            kv,
             output,
             kv_writes,
             log,
-        } = store.data_mut().end(&self.idle, &self.no_items);
+        } = store.data_mut().end();
         let verdict = match called {
             Ok(outcome) => {
                 // A normal completion: its writes and log records are kept, whatever it chose.
-                if !kv_writes.is_empty()
-                    && !self
-                        .kv
-                        .of(&inv.origin)
-                        .lock()
-                        .commit(kv_writes, self.config.kv_max)
-                {
-                    self.counters.kv_rejected.fetch_add(1, Relaxed);
+                // (A run always has its invocation back here: it was given one to begin.)
+                if !kv_writes.is_empty() {
+                    let kv = kv.or_else(|| inv.as_ref().map(|i| self.kv.of(&i.origin)));
+                    if !kv.is_some_and(|kv| kv.lock().commit(kv_writes, self.config.kv_max)) {
+                        self.counters.kv_rejected.fetch_add(1, Relaxed);
+                    }
                 }
-                if !log.is_empty() {
+                if let (false, Some(inv)) = (log.is_empty(), &inv) {
                     self.logs.push(&inv.log_to, log);
                 }
                 match (outcome, output) {
@@ -605,39 +582,51 @@ impl Runtime {
         self.note_fault(applet, &verdict);
         let spent = match rewind {
             Some((entry, rewind)) if completed(&verdict) => {
-                self.keep_rewound(applet, store, entry, rewind)
+                self.keep_rewound(applet, store, entry, rewind, slot)
             }
             _ => Spent(Some(store)),
         };
-        c.run_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        if let Some(started) = started {
+            let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            c.run_nanos
+                .fetch_add(nanos.saturating_mul(TIMED_ONE_IN), Relaxed);
+        }
         (verdict, spent)
     }
 
     /// After a run that completed normally: rewinds its instance and keeps it for the next hit,
-    /// if there is room; otherwise hands it back to be released.
+    /// if there is room; otherwise hands it back to be released. `slot` is the place in the
+    /// count of instances kept ready that the instance had before its run, if it was kept.
     fn keep_rewound(
         &self,
         applet: &Applet,
         mut store: Store<RunState>,
         entry: TypedFunc<(), i32>,
         rewind: Rewind,
+        slot: Option<Counted>,
     ) -> Spent {
-        if self.warm.load(Relaxed) >= self.max_warm || applet.warm.lock().len() >= READY_PER_APPLET
-        {
+        if slot.is_none() && self.warm.load(Relaxed) >= self.max_warm {
             return Spent(Some(store));
         }
         let host = store.data_mut().take_dirty();
         if !rewind.rewind(&mut store, host) {
             return Spent(Some(store));
         }
-        self.counters.rewound.fetch_add(1, Relaxed);
-        applet.warm.lock().push(Warm {
+        let mut ready = applet.warm.lock();
+        if ready.len() >= READY_PER_APPLET {
+            // Enough are kept already (this one was rewound for nothing: rare, and cheaper
+            // than a second look at the list).
+            drop(ready);
+            return Spent(Some(store));
+        }
+        ready.push(Warm {
             store,
             entry,
             rewind: Some(rewind),
-            _counted: Counted::new(&self.warm),
+            _counted: slot.unwrap_or_else(|| Counted::new(&self.warm)),
         });
+        drop(ready);
+        self.counters.rewound.fetch_add(1, Relaxed);
         Spent(None)
     }
 
@@ -656,7 +645,7 @@ impl Runtime {
         {
             return;
         }
-        let mut store = self.new_store(self.idle.clone(), self.no_items.clone());
+        let mut store = self.new_store(None, None);
         // Instantiating runs no code of a module without a start function; the deadline is
         // there in case that ever changes. Each run sets its own.
         store.set_epoch_deadline(self.deadline_ticks(0));
@@ -709,8 +698,8 @@ impl Runtime {
         budget.as_micros().div_ceil(TICK.as_micros()) as u64 + 1
     }
 
-    /// A fresh store for one run, or for an instance made ahead.
-    fn new_store(&self, inv: Invocation, items: Arc<dyn Items>) -> Store<RunState> {
+    /// A fresh store for one run, or (with no invocation) for an instance made ahead.
+    fn new_store(&self, inv: Option<Invocation>, items: Option<Arc<dyn Items>>) -> Store<RunState> {
         let state = RunState::new(
             inv,
             items,

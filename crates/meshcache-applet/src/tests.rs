@@ -13,14 +13,14 @@ use crate::{AppletConfig, AppletError, Invocation, Item, Items, Reason, Runtime,
 
 struct NoItems;
 impl Items for NoItems {
-    fn open(&self, _url: &str) -> Option<Item> {
+    fn open(&self, _url: &str, _request: &HeaderMap) -> Option<Item> {
         None
     }
 }
 
 struct OneItem;
 impl Items for OneItem {
-    fn open(&self, url: &str) -> Option<Item> {
+    fn open(&self, url: &str, _request: &HeaderMap) -> Option<Item> {
         (url == "http://o.test/part").then(|| Item {
             status: StatusCode::OK,
             headers: Arc::from(Vec::new()),
@@ -283,6 +283,56 @@ fn store_writes_and_logs_are_kept_only_when_the_run_completes() {
 }
 
 #[test]
+fn a_kept_instance_uses_the_store_of_each_runs_origin() {
+    // Each run writes back the value of "k" it read, then sets "k" to its URL. One applet,
+    // run in turn for two origins: the instance (and its state) is kept between the runs.
+    let rt = runtime();
+    let wasm = module(
+        r#"(import "meshcache" "kv_get" (func $get (param i32 i32 i32 i32) (result i32)))
+           (import "meshcache" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+           (import "meshcache" "input" (func $input (param i32 i32 i32) (result i32)))
+           (import "meshcache" "write" (func $write (param i32 i32) (result i32)))"#,
+        "k",
+        "(local $n i32)
+         (local.set $n (call $get (i32.const 0) (i32.const 1) (i32.const 100) (i32.const 40)))
+         (drop (call $write (i32.const 100) (i32.const 0)))
+         (if (i32.ge_s (local.get $n) (i32.const 0))
+           (then (drop (call $write (i32.const 100) (local.get $n)))))
+         (local.set $n (call $input (i32.const 1) (i32.const 200) (i32.const 40)))
+         (drop (call $put (i32.const 0) (i32.const 1) (i32.const 200) (local.get $n)))
+         i32.const 1",
+    );
+    let applet = rt.compile(&wasm).expect("compiles");
+    let at = |origin: &str, path: &str| {
+        let mut i = inv(b"");
+        i.origin = Arc::from(origin);
+        i.url = format!("{origin}{path}");
+        i
+    };
+    let mut bodies = Vec::new();
+    for (origin, path) in [
+        ("http://a.test", "/1"),
+        ("http://b.test", "/2"),
+        ("http://b.test", "/3"),
+        ("http://a.test", "/4"),
+    ] {
+        let Verdict::Built(b) = rt.run(&applet, at(origin, path), Arc::new(NoItems)) else {
+            panic!("expected a built response");
+        };
+        bodies.push(String::from_utf8(b.body().to_vec()).expect("text"));
+    }
+    assert_eq!(bodies, ["", "", "http://b.test/2", "http://a.test/1"]);
+    assert!(
+        rt.counters.rewound.load(Relaxed) >= 3,
+        "the instance was kept"
+    );
+    assert_eq!(
+        rt.kv_bytes("http://a.test"),
+        1 + "http://a.test/4".len() as u64
+    );
+}
+
+#[test]
 fn items_are_read_from_the_documents_origin_only() {
     let rt = runtime();
     let wasm = module(
@@ -315,10 +365,20 @@ fn signatures_are_checked_for_real() {
     assert!(!crate::host::verify(&pk, &bad, b"msg"));
     // Remembered results are the same results, asked in any order.
     let memo = crate::host::VerifyMemo::default();
+    let other = SigningKey::from_bytes(&[8; 32]).verifying_key().to_bytes();
+    let long = vec![b'm'; 5000];
+    let long_sig = key.sign(&long).to_bytes();
     for _ in 0..2 {
         assert!(memo.verify(&pk, &sig, b"msg"));
         assert!(!memo.verify(&pk, &sig, b"msh"));
         assert!(!memo.verify(&pk, &bad, b"msg"));
+        // The same signature under another key, or with a message it is a prefix of.
+        assert!(!memo.verify(&other, &sig, b"msg"));
+        assert!(!memo.verify(&pk, &sig, b"msgs"));
+        assert!(!memo.verify(&pk, &sig[..63], b"msg"));
+        // Too long to be remembered: checked each time, with the same answers.
+        assert!(memo.verify(&pk, &long_sig, &long));
+        assert!(!memo.verify(&pk, &long_sig, &long[1..]));
     }
 }
 

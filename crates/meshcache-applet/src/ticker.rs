@@ -3,15 +3,17 @@
 //!
 //! Without the sleep, a proxy that had ever compiled an applet woke a thousand times a second
 //! for the rest of its life. A run that begins while the ticker sleeps wakes it (one `futex`
-//! call, only after such a quiet spell; otherwise beginning a run costs three atomic
-//! operations), and its deadline counts from the epoch at its start, as always.
+//! call, only after such a quiet spell; otherwise beginning a run costs one atomic add and one
+//! load, and ending it one atomic subtraction), and its deadline counts from the epoch at its
+//! start, as always.
 //!
-//! Why no run can go unticked: a run announces itself (`began`, `running`) and then reads
-//! `asleep`; the ticker sets `asleep` and then reads `began` and `running` again before it
-//! parks. All four accesses are sequentially consistent, so either the run sees `asleep` and
-//! wakes the ticker, or the ticker sees the run and keeps ticking.
+//! Why no run can go unticked: a run announces itself (one add to `runs`, which counts the runs
+//! begun and the runs in progress) and then reads `asleep`; the ticker sets `asleep` and then
+//! reads `runs` again before it parks. All four accesses are sequentially consistent, so
+//! either the run sees `asleep` and wakes the ticker, or the ticker sees the run and keeps
+//! ticking.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
@@ -29,12 +31,17 @@ pub const TICK: Duration = Duration::from_millis(5);
 /// Ticks with no run begun and none running after which the ticker sleeps (100 ms).
 pub(crate) const IDLE_TICKS: u32 = 20;
 
+/// One run begun, in [`State::runs`].
+const BEGAN: u64 = 1 << 32;
+/// The runs in progress, in [`State::runs`].
+const RUNNING: u64 = BEGAN - 1;
+
 #[derive(Default)]
 struct State {
-    /// Runs begun since start.
-    began: AtomicU64,
-    /// Runs in progress.
-    running: AtomicUsize,
+    /// Runs begun since start (the high 32 bits, wrapping) and runs in progress (the low 32
+    /// bits): one word, so that beginning a run is one atomic operation. The ticker compares
+    /// the runs begun from one tick to the next, which cannot be 2^32 apart.
+    runs: AtomicU64,
     /// The ticker is parked, or about to park.
     asleep: AtomicBool,
     stop: AtomicBool,
@@ -55,7 +62,7 @@ pub(crate) struct Running<'a>(&'a State);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.0.running.fetch_sub(1, SeqCst);
+        self.0.runs.fetch_sub(1, SeqCst);
     }
 }
 
@@ -77,8 +84,7 @@ impl Ticker {
     /// A run begins: wakes the ticker if it sleeps, and keeps it awake while the guard lives.
     pub fn running(&self) -> Running<'_> {
         let s = &*self.state;
-        s.began.fetch_add(1, SeqCst);
-        s.running.fetch_add(1, SeqCst);
+        s.runs.fetch_add(BEGAN + 1, SeqCst);
         if s.asleep.load(SeqCst) && s.asleep.swap(false, SeqCst) {
             if let Some(t) = s.thread.get() {
                 t.unpark();
@@ -110,14 +116,16 @@ impl Ticker {
 fn tick(s: &State, engine: &Engine) {
     // Known before `asleep` can first be set, so a run that sees it set can wake us.
     let _ = s.thread.set(std::thread::current());
-    let mut seen = s.began.load(SeqCst);
+    // The runs begun when last looked at (with the runs in progress, which must be none for
+    // the ticker to count a quiet tick).
+    let mut seen = s.runs.load(SeqCst) & !RUNNING;
     let mut quiet = 0;
     while !s.stop.load(SeqCst) {
         std::thread::sleep(TICK);
         engine.increment_epoch();
-        let began = s.began.load(SeqCst);
-        if began != seen || s.running.load(SeqCst) > 0 {
-            seen = began;
+        let runs = s.runs.load(SeqCst);
+        if runs != seen {
+            seen = runs & !RUNNING;
             quiet = 0;
             continue;
         }
@@ -126,7 +134,7 @@ fn tick(s: &State, engine: &Engine) {
             continue;
         }
         s.asleep.store(true, SeqCst);
-        if s.began.load(SeqCst) != seen || s.running.load(SeqCst) > 0 {
+        if s.runs.load(SeqCst) != seen {
             // A run began after the look above and may not have seen `asleep`: keep ticking.
             s.asleep.store(false, SeqCst);
             continue;
@@ -135,7 +143,7 @@ fn tick(s: &State, engine: &Engine) {
         while s.asleep.load(SeqCst) && !s.stop.load(SeqCst) {
             std::thread::park();
         }
-        seen = s.began.load(SeqCst);
+        seen = s.runs.load(SeqCst) & !RUNNING;
         quiet = 0;
     }
 }

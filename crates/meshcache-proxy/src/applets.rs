@@ -105,6 +105,8 @@ pub struct Active {
     /// the end [`run_replenish`] takes (until it does, a run releases its instance itself).
     spent: mpsc::Sender<Answered>,
     spent_rx: Mutex<Option<mpsc::Receiver<Answered>>>,
+    /// The cache as the applets' `item_open` sees it.
+    items: std::sync::OnceLock<Arc<dyn Items>>,
     /// Counters.
     pub counters: ProxyCounters,
 }
@@ -161,6 +163,7 @@ impl Active {
             fetching: Mutex::new(HashMap::new()),
             spent,
             spent_rx: Mutex::new(Some(spent_rx)),
+            items: std::sync::OnceLock::new(),
             counters: ProxyCounters::default(),
         })))
     }
@@ -173,14 +176,14 @@ impl Active {
     /// Hands a run's instance to [`run_replenish`], which releases it and makes the applet's
     /// next one once this task has answered. While that task does not run, or when too many
     /// runs wait for it, the instance is released here and now.
-    fn after_answer(&self, applet: Arc<Applet>, spent: Spent) {
+    fn after_answer(&self, applet: &Arc<Applet>, spent: Spent) {
         if spent.is_empty() {
             // Its instance was rewound and kept for the next hit: nothing to do.
             return;
         }
         let replenishing = self.spent_rx.lock().is_none();
         if replenishing {
-            if let Err(e) = self.spent.try_send((applet, spent)) {
+            if let Err(e) = self.spent.try_send((applet.clone(), spent)) {
                 drop(e.into_inner());
             }
         } else {
@@ -339,7 +342,7 @@ impl Active {
             "quarantined": g(&c.quarantined),
             "quarantines": g(&c.quarantines),
             "kv_rejected": g(&c.kv_rejected),
-            "run_micros": g(&c.run_micros),
+            "run_micros": g(&c.run_nanos) / 1000,
             "modules_compiled": g(&c.compiled),
             "module_compile_failures": g(&c.compile_failed),
             "module_fetches": g(&p.module_fetches),
@@ -374,17 +377,18 @@ pub(crate) fn admit(shared: &Shared, url: &str, headers: &HeaderMap) -> bool {
 }
 
 /// The proxy's cache, as applets see it: fresh objects only, matched with the client's request
-/// headers (for `Vary`).
+/// headers (for `Vary`). One per proxy, made on the first hit with an applet; it does not keep
+/// the proxy alive.
 struct CacheItems {
-    shared: Arc<Shared>,
-    request: Arc<HeaderMap>,
+    shared: std::sync::Weak<Shared>,
 }
 
 impl Items for CacheItems {
-    fn open(&self, url: &str) -> Option<Item> {
-        let found = self.shared.cache.lookup(url, &self.request)?;
+    fn open(&self, url: &str, request: &HeaderMap) -> Option<Item> {
+        let shared = self.shared.upgrade()?;
+        let found = shared.cache.lookup(url, request)?;
         let o = found.object();
-        let directives = crate::headers::RequestDirectives::parse(&self.request);
+        let directives = crate::headers::RequestDirectives::parse(request);
         match o
             .freshness
             .usability(&directives, std::time::SystemTime::now())
@@ -411,19 +415,29 @@ pub(crate) async fn on_hit(
     let Some(active) = &shared.applets else {
         return Gate::Serve;
     };
-    let attached = object
+    // Borrowed, not cloned: a clone is an atomic add and subtract on a count that every hit of
+    // the document shares (a cache line moved between cores when they run on several).
+    let Some(attached) = object
         .applet
         .get_or_init(|| active.attachment(url, object))
-        .clone();
-    let Some(attached) = attached else {
+        .as_deref()
+    else {
         return Gate::Serve;
     };
-    let applet = match active.applet_of(shared, &attached).await {
-        Ok(applet) => applet,
-        Err(_) => {
-            active.counters.module_unavailable.fetch_add(1, Relaxed);
-            return Gate::Origin("applet-unavailable");
-        }
+    let fetched;
+    let applet = match &attached.module {
+        Source::Compiled(applet) => applet,
+        // Boxed: fetching a module is a large future, and this one is made on every hit.
+        Source::Url(_) => match Box::pin(active.applet_of(shared, attached)).await {
+            Ok(applet) => {
+                fetched = applet;
+                &fetched
+            }
+            Err(_) => {
+                active.counters.module_unavailable.fetch_add(1, Relaxed);
+                return Gate::Origin("applet-unavailable");
+            }
+        },
     };
     let headers = Arc::new(std::mem::take(&mut req.headers));
     let invocation = Invocation {
@@ -439,11 +453,15 @@ pub(crate) async fn on_hit(
         },
         log_to: attached.log_to.clone(),
     };
-    let items = Arc::new(CacheItems {
-        shared: shared.clone(),
-        request: headers.clone(),
-    });
-    let (verdict, spent) = active.runtime.run_deferred(&applet, invocation, items);
+    let items = active
+        .items
+        .get_or_init(|| {
+            Arc::new(CacheItems {
+                shared: Arc::downgrade(shared),
+            })
+        })
+        .clone();
+    let (verdict, spent) = active.runtime.run_deferred(applet, invocation, items);
     active.after_answer(applet, spent);
     // The run's store is gone with its clones: the headers come back without a copy.
     req.headers = Arc::try_unwrap(headers).unwrap_or_else(|h| (*h).clone());

@@ -65,6 +65,8 @@ pub(crate) struct Shared {
     via: http::HeaderValue,
     x_cache_hit: http::HeaderValue,
     x_cache_miss: http::HeaderValue,
+    /// `Cache-Status` of a response an applet built for a hit.
+    applet_built_status: Option<http::HeaderValue>,
     /// Clock ticks per second of `/proc` CPU times, read once at start.
     clock_ticks: u64,
 }

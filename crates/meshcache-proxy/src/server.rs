@@ -151,6 +151,8 @@ impl Proxy {
                 .unwrap_or_else(|_| http::HeaderValue::from_static("MISS"))
         };
         let (x_cache_hit, x_cache_miss) = (x_cache("HIT"), x_cache("MISS"));
+        let applet_built_status =
+            http::HeaderValue::from_str(&format!("{}; hit; detail=applet", config.name)).ok();
         let coop = Coop::new(&config);
         let applets = crate::applets::Active::new(&config.applets).map_err(ProxyError::Applets)?;
         Ok(Proxy {
@@ -165,6 +167,7 @@ impl Proxy {
                 via,
                 x_cache_hit,
                 x_cache_miss,
+                applet_built_status,
                 clock_ticks: crate::efficiency::clock_ticks(),
             }),
         })

@@ -434,8 +434,8 @@ fn serve_built(
     }
     headers::append_via(&mut headers, &shared.via);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
-    if let Ok(v) = HeaderValue::from_str(&format!("{}; hit; detail=applet", shared.config.name)) {
-        headers.insert(CACHE_STATUS.clone(), v);
+    if let Some(v) = &shared.applet_built_status {
+        headers.insert(CACHE_STATUS.clone(), v.clone());
     }
     txn.result = code;
     txn.status = built.status.as_u16();

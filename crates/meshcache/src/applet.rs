@@ -49,7 +49,7 @@ pub enum AppletCommand {
 /// No other cached objects: `item_open` finds nothing.
 struct NoItems;
 impl Items for NoItems {
-    fn open(&self, _url: &str) -> Option<Item> {
+    fn open(&self, _url: &str, _request: &HeaderMap) -> Option<Item> {
         None
     }
 }
