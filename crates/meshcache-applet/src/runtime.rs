@@ -317,7 +317,8 @@ pub struct Counters {
     /// Modules that failed to compile or link.
     pub compile_failed: AtomicU64,
     /// Total run time, nanoseconds, estimated: one run in [`TIMED_ONE_IN`] is timed, counting
-    /// for that many (reading the clock twice costs a `null` applet's run a tenth of its time).
+    /// for that many (reading the clock twice cost a `null` applet's run about a tenth of its
+    /// time).
     pub run_nanos: AtomicU64,
 }
 

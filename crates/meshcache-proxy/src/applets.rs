@@ -222,16 +222,12 @@ impl Active {
         }))
     }
 
-    /// The compiled module of an attachment: at hand, or fetched (again, after its TTL).
-    async fn applet_of(
+    /// The compiled module at a module URL: cached, or fetched (again, after its TTL).
+    async fn applet_at(
         self: &Arc<Self>,
         shared: &Shared,
-        a: &Attached,
+        url: &str,
     ) -> Result<Arc<Applet>, String> {
-        let url = match &a.module {
-            Source::Compiled(applet) => return Ok(applet.clone()),
-            Source::Url(url) => url,
-        };
         if let Some(Slot::Ready { applet, at }) = self.modules.lock().get(url) {
             if at.elapsed() < self.runtime.config().module_ttl {
                 return Ok(applet.clone());
@@ -428,7 +424,7 @@ pub(crate) async fn on_hit(
     let applet = match &attached.module {
         Source::Compiled(applet) => applet,
         // Boxed: fetching a module is a large future, and this one is made on every hit.
-        Source::Url(_) => match Box::pin(active.applet_of(shared, attached)).await {
+        Source::Url(url) => match Box::pin(active.applet_at(shared, url)).await {
             Ok(applet) => {
                 fetched = applet;
                 &fetched
