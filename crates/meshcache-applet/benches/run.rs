@@ -65,5 +65,37 @@ fn runs(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, runs);
+/// The same applet run on every core at once, as a busy proxy runs it: what the runs share
+/// (counters, the applet's ready instances, the ticker) costs more when cores take turns with
+/// it. Reported per run, against one thread alone.
+fn shared(c: &mut Criterion) {
+    let rt = Runtime::new(AppletConfig::default()).expect("runtime");
+    let items: Arc<dyn Items> = Arc::new(NoItems);
+    let applet = rt.compile(&module("null")).expect("compiles");
+    let body = Bytes::from(vec![b'x'; 5_000]);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut group = c.benchmark_group("null on every core");
+    for n in [1, threads] {
+        group.bench_function(BenchmarkId::new("threads", n), |b| {
+            b.iter_custom(|iters| {
+                let per = iters.div_ceil(n as u64);
+                let start = std::time::Instant::now();
+                std::thread::scope(|s| {
+                    for _ in 0..n {
+                        s.spawn(|| {
+                            for _ in 0..per {
+                                rt.run(&applet, invocation(body.clone()), items.clone());
+                            }
+                        });
+                    }
+                });
+                // Each thread's time per run (the cost one hit sees), times the runs asked for.
+                start.elapsed().mul_f64(iters as f64 / per.max(1) as f64)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, runs, shared);
 criterion_main!(benches);

@@ -152,7 +152,8 @@ pub(crate) struct RunState {
     pub log: Vec<Bytes>,
     log_left: u64,
     log_per_run: u64,
-    /// Pages of the applet's memory the host wrote ([`crate::rewind::pages`]).
+    /// Pages of the applet's memory written in the run ([`crate::rewind::pages`]): by the host,
+    /// and by the applet once its run returns.
     dirty: u64,
     /// The searcher of the last `item_find` needle. It depends on the needle alone, so it is
     /// kept across runs: an applet searching for the same marker on every hit builds it once.
@@ -209,7 +210,13 @@ impl RunState {
         self.log_left = self.log_per_run;
     }
 
-    /// The pages of the applet's memory the host wrote since the last call.
+    /// Adds the pages the applet marked in its run to those the host wrote.
+    pub fn mark(&mut self, pages: u64) {
+        self.dirty |= pages;
+    }
+
+    /// The pages of the applet's memory written since the last call: by the host, and by the
+    /// applet as its run reported them ([`mark`](Self::mark)).
     pub fn take_dirty(&mut self) -> u64 {
         std::mem::take(&mut self.dirty)
     }

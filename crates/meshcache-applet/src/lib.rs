@@ -26,6 +26,7 @@ pub mod header;
 mod host;
 mod rewind;
 pub mod runtime;
+mod shard;
 pub mod state;
 mod ticker;
 

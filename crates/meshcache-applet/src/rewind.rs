@@ -28,12 +28,16 @@
 
 use std::sync::Arc;
 
+use crate::abi;
+
 use wasm_encoder::reencode::{self, Reencode, RoundtripReencoder};
 use wasm_encoder::{ConstExpr, ExportKind, GlobalType, Instruction as I, SectionId, ValType};
 use wasmtime::wasmparser::{
     self, FunctionBody, Operator, Parser, Payload, TypeRef, Validator, WasmFeatures,
 };
-use wasmtime::{Global, Instance, Memory, Store, Val};
+#[cfg(test)]
+use wasmtime::{Global, Val};
+use wasmtime::{Instance, Memory, Store, TypedFunc};
 
 /// Bytes per tracked page.
 pub const PAGE: usize = 4096;
@@ -41,6 +45,10 @@ pub const PAGE: usize = 4096;
 const PAGE_SHIFT: i64 = 12;
 /// The exported dirty-page mask.
 pub const DIRTY: &str = "__meshcache_dirty";
+/// The added entry point: calls the applet's [`abi::ENTRY`] and returns its result with the
+/// dirty-page mask, having cleared the mask and set every mutable global back to its initial
+/// value (`() -> (i32, i64)`).
+pub const RUN: &str = "__meshcache_run";
 /// Prefix of every name the instrumentation exports (a module exporting one is not rewound).
 pub const RESERVED: &str = "__meshcache_";
 
@@ -77,10 +85,18 @@ pub struct Instrumented {
 struct Shape {
     /// Parameter counts by type index (`None`: not a function type).
     params: Vec<Option<u32>>,
+    /// By type index: whether it is the entry point's type, `() -> i32`.
+    entry_typed: Vec<bool>,
+    /// Functions imported (they come first in the function index space).
+    imported_functions: u32,
     /// Type index of each defined function, in order.
     defined: Vec<u32>,
     /// Defined globals: whether each is mutable.
     mutable: Vec<bool>,
+    /// The initializer of each mutable global (index, constant expression without its `end`).
+    initial: Vec<(u32, Vec<u8>)>,
+    /// The function exported as [`abi::ENTRY`], if the module exports one.
+    entry: Option<u32>,
 }
 
 /// The features a rewindable module may use: WebAssembly 2.0 without threads, several or
@@ -111,8 +127,12 @@ fn scan(bytes: &[u8]) -> Result<Shape, NotRewindable> {
         .map_err(|e| no(format!("uses more than the rewindable subset: {e}")))?;
     let mut shape = Shape {
         params: Vec::new(),
+        entry_typed: Vec::new(),
+        imported_functions: 0,
         defined: Vec::new(),
         mutable: Vec::new(),
+        initial: Vec::new(),
+        entry: None,
     };
     let mut memories = 0;
     for payload in Parser::new(0).parse_all(bytes) {
@@ -121,6 +141,9 @@ fn scan(bytes: &[u8]) -> Result<Shape, NotRewindable> {
                 for group in types.into_iter_err_on_gc_types() {
                     let ty = group.map_err(|e| no(e.to_string()))?;
                     shape.params.push(Some(ty.params().len() as u32));
+                    shape
+                        .entry_typed
+                        .push(ty.params().is_empty() && ty.results() == [wasmparser::ValType::I32]);
                 }
             }
             Payload::ImportSection(imports) => {
@@ -129,6 +152,7 @@ fn scan(bytes: &[u8]) -> Result<Shape, NotRewindable> {
                     if !matches!(import.ty, TypeRef::Func(_)) {
                         return Err(no("it imports something other than functions"));
                     }
+                    shape.imported_functions += 1;
                 }
             }
             Payload::FunctionSection(funcs) => {
@@ -164,6 +188,20 @@ fn scan(bytes: &[u8]) -> Result<Shape, NotRewindable> {
                     if g.ty.mutable && !numeric {
                         return Err(no("it has a mutable global of a reference type"));
                     }
+                    if g.ty.mutable {
+                        let mut init = g.init_expr.get_binary_reader();
+                        let expr = init
+                            .read_bytes(init.bytes_remaining())
+                            .map_err(|e| no(e.to_string()))?;
+                        // A constant expression ends with `end` (0x0b); the rest are
+                        // instructions a function body may hold as they are.
+                        let Some((0x0b, ops)) = expr.split_last() else {
+                            return Err(no("a global's initializer does not end with end"));
+                        };
+                        shape
+                            .initial
+                            .push((shape.mutable.len() as u32, ops.to_vec()));
+                    }
                     shape.mutable.push(g.ty.mutable);
                 }
             }
@@ -172,6 +210,9 @@ fn scan(bytes: &[u8]) -> Result<Shape, NotRewindable> {
                     let e = e.map_err(|e| no(e.to_string()))?;
                     if e.name.starts_with(RESERVED) {
                         return Err(no(format!("it exports the reserved name {}", e.name)));
+                    }
+                    if e.name == abi::ENTRY && e.kind == wasmparser::ExternalKind::Func {
+                        shape.entry = Some(e.index);
                     }
                 }
             }
@@ -260,9 +301,23 @@ pub fn instrument(bytes: &[u8]) -> Result<Instrumented, NotRewindable> {
         .filter(|(_, m)| **m)
         .map(|(i, _)| format!("{RESERVED}global_{i}"))
         .collect();
+    // The added entry point, for a module whose entry point is one of its own functions.
+    let run = shape
+        .entry
+        .filter(|&f| f >= shape.imported_functions)
+        .and_then(|f| {
+            let ty = *shape.defined.get((f - shape.imported_functions) as usize)?;
+            shape.entry_typed.get(ty as usize)?.then_some(f)
+        })
+        .map(|entry| Run {
+            entry,
+            ty: shape.params.len() as u32,
+            index: shape.imported_functions + shape.defined.len() as u32,
+        });
     let mut rewriter = Rewriter {
         shape: &shape,
         dirty,
+        run,
         next_function: 0,
         globals_done: false,
         exports_done: false,
@@ -284,6 +339,8 @@ struct Rewriter<'s> {
     shape: &'s Shape,
     /// Index of the added dirty-page global.
     dirty: u32,
+    /// The added entry point, if the module has an entry point of its own.
+    run: Option<Run>,
     next_function: usize,
     globals_done: bool,
     exports_done: bool,
@@ -310,7 +367,35 @@ fn rank(id: Option<SectionId>) -> u8 {
     }
 }
 
+/// Where the added entry point [`RUN`] goes.
+#[derive(Clone, Copy)]
+struct Run {
+    /// The function it calls, the module's [`abi::ENTRY`].
+    entry: u32,
+    /// Its type index, `() -> (i32, i64)`, added after the module's types.
+    ty: u32,
+    /// Its function index, after the module's functions.
+    index: u32,
+}
+
 impl Rewriter<'_> {
+    /// The body of [`RUN`]: the entry point's result, then the mask taken and cleared, then
+    /// every mutable global set to its initializer's value again (the initializers are
+    /// constants: they may read only imported globals, and a rewindable module imports none).
+    fn run_body(&self, run: Run) -> wasm_encoder::Function {
+        let mut f = wasm_encoder::Function::new([]);
+        f.instruction(&I::Call(run.entry));
+        f.instruction(&I::GlobalGet(self.dirty));
+        f.instruction(&I::I64Const(0));
+        f.instruction(&I::GlobalSet(self.dirty));
+        for (global, ops) in &self.shape.initial {
+            f.raw(ops.iter().copied());
+            f.instruction(&I::GlobalSet(*global));
+        }
+        f.instruction(&I::End);
+        f
+    }
+
     fn add_globals(&mut self, globals: &mut wasm_encoder::GlobalSection) {
         globals.global(
             GlobalType {
@@ -325,6 +410,9 @@ impl Rewriter<'_> {
 
     fn add_exports(&mut self, exports: &mut wasm_encoder::ExportSection) {
         exports.export(DIRTY, ExportKind::Global, self.dirty);
+        if let Some(run) = self.run {
+            exports.export(RUN, ExportKind::Func, run.index);
+        }
         for (i, m) in self.shape.mutable.iter().enumerate() {
             if *m {
                 exports.export(
@@ -358,6 +446,42 @@ impl Reencode for Rewriter<'_> {
             let mut exports = wasm_encoder::ExportSection::new();
             self.add_exports(&mut exports);
             module.section(&exports);
+        }
+        Ok(())
+    }
+
+    fn parse_type_section(
+        &mut self,
+        types: &mut wasm_encoder::TypeSection,
+        section: wasmparser::TypeSectionReader<'_>,
+    ) -> Result<(), Failed> {
+        reencode::utils::parse_type_section(self, types, section)?;
+        if self.run.is_some() {
+            types.ty().function([], [ValType::I32, ValType::I64]);
+        }
+        Ok(())
+    }
+
+    fn parse_function_section(
+        &mut self,
+        functions: &mut wasm_encoder::FunctionSection,
+        section: wasmparser::FunctionSectionReader<'_>,
+    ) -> Result<(), Failed> {
+        reencode::utils::parse_function_section(self, functions, section)?;
+        if let Some(run) = self.run {
+            functions.function(run.ty);
+        }
+        Ok(())
+    }
+
+    fn parse_code_section(
+        &mut self,
+        code: &mut wasm_encoder::CodeSection,
+        section: wasmparser::CodeSectionReader<'_>,
+    ) -> Result<(), Failed> {
+        reencode::utils::parse_code_section(self, code, section)?;
+        if let Some(run) = self.run {
+            code.function(&self.run_body(run));
         }
         Ok(())
     }
@@ -646,13 +770,19 @@ impl Image {
     }
 }
 
-/// What rewinds one instance: its memory, its dirty-page mask, its mutable globals and their
-/// values after instantiation, and the module's memory image.
+/// What runs and rewinds one instance: its entry point [`RUN`] (which hands back the dirty
+/// mask and resets the mutable globals itself, so that a run enters the instance once), its
+/// memory and the module's memory image.
 pub struct Rewind {
+    run: TypedFunc<(), (i32, i64)>,
     memory: Memory,
-    dirty: Global,
-    globals: Vec<(Global, Val)>,
     image: Arc<Image>,
+    /// The mask and the mutable globals with their values after instantiation, to check that a
+    /// rewound instance is as made.
+    #[cfg(test)]
+    dirty: Global,
+    #[cfg(test)]
+    globals: Vec<(Global, Val)>,
 }
 
 impl Rewind {
@@ -665,13 +795,22 @@ impl Rewind {
         globals: &[String],
         image: &std::sync::OnceLock<Arc<Image>>,
     ) -> Option<Self> {
-        let dirty = instance.get_global(&mut *store, DIRTY)?;
-        let mut saved = Vec::with_capacity(globals.len());
-        for name in globals {
-            let g = instance.get_global(&mut *store, name)?;
-            let v = g.get(&mut *store);
-            saved.push((g, v));
-        }
+        let run = instance
+            .get_typed_func::<(), (i32, i64)>(&mut *store, RUN)
+            .ok()?;
+        #[cfg(test)]
+        let (dirty, globals) = {
+            let dirty = instance.get_global(&mut *store, DIRTY)?;
+            let mut saved = Vec::with_capacity(globals.len());
+            for name in globals {
+                let g = instance.get_global(&mut *store, name)?;
+                let v = g.get(&mut *store);
+                saved.push((g, v));
+            }
+            (dirty, saved)
+        };
+        #[cfg(not(test))]
+        let _ = globals;
         let image = image
             .get_or_init(|| Arc::new(Image::of(memory.data(&*store))))
             .clone();
@@ -679,21 +818,27 @@ impl Rewind {
             return None;
         }
         Some(Rewind {
+            run,
             memory,
-            dirty,
-            globals: saved,
             image,
+            #[cfg(test)]
+            dirty,
+            #[cfg(test)]
+            globals,
         })
     }
 
-    /// Puts the instance back as it was made. `host` is the mask of pages the host wrote. False
-    /// if it cannot be (its memory grew): the instance must then be released.
-    pub fn rewind<T>(&self, store: &mut Store<T>, host: u64) -> bool {
-        let marked = match self.dirty.get(&mut *store) {
-            Val::I64(m) => m as u64,
-            _ => return false,
-        };
-        let mask = marked | host;
+    /// Runs the applet's entry point: its result, and the mask of the pages it wrote (its
+    /// mutable globals are then back to their initial values already).
+    pub fn run<T: 'static>(&self, store: &mut Store<T>) -> wasmtime::Result<(i32, u64)> {
+        let (code, marked) = self.run.call(&mut *store, ())?;
+        Ok((code, marked as u64))
+    }
+
+    /// Puts the memory of an instance that ran through [`run`](Self::run) back as it was made:
+    /// the pages of `mask` (those the applet wrote, with those the host wrote). False if it
+    /// cannot be (its memory grew): the instance must then be released.
+    pub fn rewind<T>(&self, store: &mut Store<T>, mask: u64) -> bool {
         let data = self.memory.data_mut(&mut *store);
         if data.len() != self.image.len {
             return false;
@@ -707,12 +852,7 @@ impl Rewind {
                 self.image.restore(data, p);
             }
         }
-        if marked != 0 && self.dirty.set(&mut *store, Val::I64(0)).is_err() {
-            return false;
-        }
-        self.globals
-            .iter()
-            .all(|(g, v)| g.set(&mut *store, *v).is_ok())
+        true
     }
 
     /// Whether the instance holds exactly what instantiation gave it: every byte of memory,
@@ -1102,6 +1242,113 @@ mod tests {
             })
             .flatten()
             .collect();
-        assert_eq!(exports, ["memory", "run", DIRTY]);
+        assert_eq!(exports, ["memory", "run", DIRTY, RUN]);
+    }
+
+    /// A global of the property below: its type, whether mutable, and its initializer, which
+    /// may use the extended constant instructions.
+    fn global_text(i: usize, kind: u8, mutable: bool, seed: i64) -> String {
+        let (ty, init) = match kind % 6 {
+            0 => ("i32", format!("(i32.const {})", seed as i32)),
+            1 => ("i64", format!("(i64.mul (i64.const {seed}) (i64.const 3))")),
+            5 => (
+                "i32",
+                format!("(i32.sub (i32.const {}) (i32.const 9))", seed as i32),
+            ),
+            2 => ("f32", format!("(f32.const {})", seed as f32)),
+            3 => ("f64", format!("(f64.const {})", seed as f64)),
+            _ => ("v128", format!("(v128.const i64x2 {seed} {})", !seed)),
+        };
+        if i % 3 == 0 {
+            return format!("(global i64 (i64.const {seed}))");
+        }
+        if mutable {
+            format!("(global (mut {ty}) {init})")
+        } else {
+            format!("(global {ty} {init})")
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The added entry point returns what the applet's own returns with the mask its writes
+        /// set, clears the mask, and leaves every global as instantiation made it, whatever
+        /// the run did to them.
+        #[test]
+        fn the_added_entry_point_reports_the_mask_and_resets_the_globals(
+            globals in proptest::collection::vec((any::<u8>(), any::<bool>(), any::<i64>()), 0..10),
+            writes in proptest::collection::vec((0u32..(4 << 16), any::<i64>()), 0..6),
+            result in any::<i32>(),
+        ) {
+            let declared: String = globals
+                .iter()
+                .enumerate()
+                .map(|(i, &(k, m, v))| global_text(i, k, m, v))
+                .collect();
+            // The run changes every mutable global (to a value of its type) and writes memory.
+            let changes: String = globals
+                .iter()
+                .enumerate()
+                .filter(|&(i, &(_, m, _))| m && i % 3 != 0)
+                .map(|(i, &(k, _, v))| {
+                    let value = match k % 6 {
+                        0 | 5 => format!("(i32.const {})", !(v as i32)),
+                        1 => format!("(i64.const {})", !v),
+                        2 => "(f32.const -7.5)".to_string(),
+                        3 => "(f64.const 1e300)".to_string(),
+                        _ => "(v128.const i64x2 1 2)".to_string(),
+                    };
+                    format!("(global.set {i} {value})")
+                })
+                .collect();
+            let stores: String = writes
+                .iter()
+                .map(|&(at, v)| format!("(i64.store (i32.const {}) (i64.const {v}))", at & !7))
+                .collect();
+            let text = format!(
+                r#"(module (memory (export "memory") 4) {declared}
+                     (func (export "run") (result i32) {changes} {stores} (i32.const {result})))"#
+            );
+            let original = wat::parse_str(&text).expect("parses");
+            let out = instrument(&original).expect("rewindable");
+            let engine = wasmtime::Engine::default();
+            let module = wasmtime::Module::new(&engine, &out.bytes).expect("compiles");
+
+            // What the applet's own entry point leaves: the reference.
+            let mut store = Store::new(&engine, ());
+            let plain = wasmtime::Instance::new(&mut store, &module, &[]).expect("instantiates");
+            let run = plain.get_typed_func::<(), i32>(&mut store, "run").expect("run");
+            prop_assert_eq!(run.call(&mut store, ()).expect("runs"), result);
+            let Val::I64(expected) = plain.get_global(&mut store, DIRTY).expect("mask").get(&mut store) else {
+                panic!("the mask is an i64")
+            };
+
+            let mut store = Store::new(&engine, ());
+            let instance = wasmtime::Instance::new(&mut store, &module, &[]).expect("instantiates");
+            let memory = instance.get_memory(&mut store, "memory").expect("memory");
+            let image = std::sync::OnceLock::new();
+            let rewind = Rewind::new(&mut store, &instance, memory, &out.globals, &image)
+                .expect("rewindable");
+            for _ in 0..2 {
+                let (code, marked) = rewind.run(&mut store).expect("runs");
+                prop_assert_eq!(code, result);
+                prop_assert_eq!(marked, expected as u64);
+                prop_assert!(rewind.rewind(&mut store, marked));
+                prop_assert!(rewind.is_as_made(&mut store), "not as made after a run");
+            }
+        }
+    }
+
+    #[test]
+    fn a_module_whose_entry_point_is_imported_gets_no_added_one() {
+        let wasm = wat::parse_str(
+            r#"(module (import "m" "f" (func $f (result i32))) (memory (export "memory") 1)
+                 (export "run" (func $f)))"#,
+        )
+        .expect("parses");
+        let out = instrument(&wasm).expect("rewindable");
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, &out.bytes).expect("compiles");
+        assert!(module.get_export(RUN).is_none());
     }
 }

@@ -43,6 +43,8 @@ use crate::abi::{self, Outcome};
 use crate::config::AppletConfig;
 use crate::host::{self, Ended, RunState, VerifyMemo};
 use crate::rewind::{self, Image, Rewind};
+pub use crate::shard::Count;
+use crate::shard::{self, Sharded};
 use crate::state::{KvStores, LogSpool};
 use crate::ticker::Ticker;
 use crate::AppletError;
@@ -186,12 +188,28 @@ pub struct Applet {
     pub not_rewound: Option<String>,
     /// Its memory as instantiation leaves it (taken from its first instance).
     image: OnceLock<Arc<Image>>,
-    /// Instances ready for the next hits: rewound after a run, or made ahead.
-    warm: Mutex<Vec<Warm>>,
+    /// Instances ready for the next hits: rewound after a run, or made ahead. Each thread
+    /// keeps those it rewound in its own slot and looks there first, so that the lists'
+    /// locks (and the instances' memory) stay with one core.
+    warm: Sharded<Mutex<Vec<Warm>>>,
     /// Runs in a row that ended in a fault (trap, limit, invalid result).
     faults_in_a_row: AtomicU32,
     /// Until when (milliseconds on the runtime's clock) it is not run, after too many faults.
     quarantined_until: AtomicU64,
+}
+
+impl Applet {
+    /// An instance kept ready, from the calling thread's slot (`mine`) if it has one, else
+    /// from another thread's.
+    fn ready(&self, mine: usize) -> Option<Warm> {
+        if let Some(w) = self.warm.at(mine).lock().pop() {
+            return Some(w);
+        }
+        self.warm
+            .from(mine + 1)
+            .take(shard::SHARDS - 1)
+            .find_map(|s| s.lock().pop())
+    }
 }
 
 impl std::fmt::Debug for Applet {
@@ -215,9 +233,10 @@ struct Warm {
 /// One run in this many is timed for [`Counters::run_nanos`].
 const TIMED_ONE_IN: u64 = 16;
 
-/// The most instances one applet keeps ready (runs of one applet at the same time beyond this
-/// instantiate at their hit).
-const READY_PER_APPLET: usize = 4;
+/// The most instances one applet keeps ready in one thread's slot (runs of one applet at the
+/// same time on one thread beyond this instantiate at their hit; a proxy's worker thread runs
+/// one at a time).
+const READY_PER_SLOT: usize = 2;
 
 /// One in a count, for as long as it lives.
 struct Counted(Arc<AtomicUsize>);
@@ -239,7 +258,7 @@ impl Drop for Counted {
 /// until the answer is out. Dropping it releases it; [`Runtime::replenish`] also makes the
 /// applet's next instance.
 #[must_use = "dropping it releases the instance; pass it to Runtime::replenish after answering"]
-pub struct Spent(Option<Store<RunState>>);
+pub struct Spent(Option<Store<RunState>>, usize);
 
 impl Spent {
     /// Whether there is nothing to release: the run's instance was rewound and kept, or there
@@ -283,43 +302,43 @@ impl Modules {
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Runs started.
-    pub runs: AtomicU64,
+    pub runs: Count,
     /// Runs that said "serve the cached copy".
-    pub cached: AtomicU64,
+    pub cached: Count,
     /// Runs that built a response.
-    pub built: AtomicU64,
+    pub built: Count,
     /// Runs that asked for the origin.
-    pub asked_origin: AtomicU64,
+    pub asked_origin: Count,
     /// Runs that trapped.
-    pub traps: AtomicU64,
+    pub traps: Count,
     /// Runs stopped at their CPU deadline.
-    pub timeouts: AtomicU64,
+    pub timeouts: Count,
     /// Runs stopped at the memory limit.
-    pub memory: AtomicU64,
+    pub memory: Count,
     /// Runs whose output overran its limit.
-    pub output: AtomicU64,
+    pub output: Count,
     /// Runs that returned an invalid code.
-    pub invalid: AtomicU64,
+    pub invalid: Count,
     /// Runs that could not be instantiated.
-    pub instantiate: AtomicU64,
+    pub instantiate: Count,
     /// Runs that found their instance ready: made ahead, or rewound after an earlier run.
-    pub made_ahead: AtomicU64,
+    pub made_ahead: Count,
     /// Runs after which their instance was rewound and kept for the next hit.
-    pub rewound: AtomicU64,
+    pub rewound: Count,
     /// Hits not run because their applet was in quarantine.
-    pub quarantined: AtomicU64,
+    pub quarantined: Count,
     /// Times an applet was put in quarantine.
-    pub quarantines: AtomicU64,
+    pub quarantines: Count,
     /// Completed runs whose key/value writes did not fit the origin's bound (none applied).
-    pub kv_rejected: AtomicU64,
+    pub kv_rejected: Count,
     /// Modules compiled.
-    pub compiled: AtomicU64,
+    pub compiled: Count,
     /// Modules that failed to compile or link.
-    pub compile_failed: AtomicU64,
+    pub compile_failed: Count,
     /// Total run time, nanoseconds, estimated: one run in [`TIMED_ONE_IN`] is timed, counting
     /// for that many (reading the clock twice cost a `null` applet's run about a tenth of its
     /// time).
-    pub run_nanos: AtomicU64,
+    pub run_nanos: Count,
 }
 
 /// The Active Cache runtime. One per proxy; shared by all requests.
@@ -422,13 +441,13 @@ impl Runtime {
         let compiled = self.compile_new(bytes, hash);
         match &compiled {
             Ok(a) => {
-                self.counters.compiled.fetch_add(1, Relaxed);
+                self.counters.compiled.add(1);
                 self.modules
                     .lock()
                     .insert(hash, a.clone(), self.config.max_modules);
             }
             Err(_) => {
-                self.counters.compile_failed.fetch_add(1, Relaxed);
+                self.counters.compile_failed.add(1);
             }
         }
         compiled
@@ -471,7 +490,7 @@ impl Runtime {
             rewindable,
             not_rewound,
             image: OnceLock::new(),
-            warm: Mutex::new(Vec::new()),
+            warm: Sharded::default(),
             faults_in_a_row: AtomicU32::new(0),
             quarantined_until: AtomicU64::new(0),
         }))
@@ -510,15 +529,15 @@ impl Runtime {
         inv: Invocation,
         items: Arc<dyn Items>,
     ) -> (Verdict, Spent) {
+        let mine = shard::mine();
         let until = applet.quarantined_until.load(Relaxed);
         if until != 0 && until > self.clock_ms() {
-            self.counters.quarantined.fetch_add(1, Relaxed);
-            return (Verdict::Origin(Reason::Quarantined), Spent(None));
+            self.counters.quarantined.add(1);
+            return (Verdict::Origin(Reason::Quarantined), Spent(None, mine));
         }
-        let started =
-            (self.counters.runs.fetch_add(1, Relaxed) % TIMED_ONE_IN == 0).then(Instant::now);
+        let started = (self.counters.runs.bump_mine() % TIMED_ONE_IN == 0).then(Instant::now);
         let ticks = self.deadline_ticks(inv.document.body.len());
-        let warm = applet.warm.lock().pop();
+        let warm = applet.ready(mine);
         let (mut store, ready, slot) = match warm {
             Some(Warm {
                 mut store,
@@ -526,7 +545,7 @@ impl Runtime {
                 rewind,
                 _counted,
             }) => {
-                self.counters.made_ahead.fetch_add(1, Relaxed);
+                self.counters.made_ahead.add(1);
                 store.data_mut().begin(inv, items);
                 (store, Some((entry, rewind)), Some(_counted))
             }
@@ -552,7 +571,7 @@ impl Runtime {
                 if !kv_writes.is_empty() {
                     let kv = kv.or_else(|| inv.as_ref().map(|i| self.kv.of(&i.origin)));
                     if !kv.is_some_and(|kv| kv.lock().commit(kv_writes, self.config.kv_max)) {
-                        self.counters.kv_rejected.fetch_add(1, Relaxed);
+                        self.counters.kv_rejected.add(1);
                     }
                 }
                 if let (false, Some(inv)) = (log.is_empty(), &inv) {
@@ -579,25 +598,25 @@ impl Runtime {
             Verdict::Origin(Reason::Instantiate(_)) => &c.instantiate,
             Verdict::Origin(Reason::Quarantined) => &c.quarantined,
         }
-        .fetch_add(1, Relaxed);
+        .add(1);
         self.note_fault(applet, &verdict);
         let spent = match rewind {
             Some((entry, rewind)) if completed(&verdict) => {
-                self.keep_rewound(applet, store, entry, rewind, slot)
+                self.keep_rewound(applet, store, entry, rewind, slot, mine)
             }
-            _ => Spent(Some(store)),
+            _ => Spent(Some(store), mine),
         };
         if let Some(started) = started {
             let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            c.run_nanos
-                .fetch_add(nanos.saturating_mul(TIMED_ONE_IN), Relaxed);
+            c.run_nanos.add(nanos.saturating_mul(TIMED_ONE_IN));
         }
         (verdict, spent)
     }
 
     /// After a run that completed normally: rewinds its instance and keeps it for the next hit,
     /// if there is room; otherwise hands it back to be released. `slot` is the place in the
-    /// count of instances kept ready that the instance had before its run, if it was kept.
+    /// count of instances kept ready that the instance had before its run, if it was kept;
+    /// `mine` is the calling thread's slot of the applet's ready lists.
     fn keep_rewound(
         &self,
         applet: &Applet,
@@ -605,20 +624,21 @@ impl Runtime {
         entry: TypedFunc<(), i32>,
         rewind: Rewind,
         slot: Option<Counted>,
+        mine: usize,
     ) -> Spent {
         if slot.is_none() && self.warm.load(Relaxed) >= self.max_warm {
-            return Spent(Some(store));
+            return Spent(Some(store), mine);
         }
-        let host = store.data_mut().take_dirty();
-        if !rewind.rewind(&mut store, host) {
-            return Spent(Some(store));
+        let written = store.data_mut().take_dirty();
+        if !rewind.rewind(&mut store, written) {
+            return Spent(Some(store), mine);
         }
-        let mut ready = applet.warm.lock();
-        if ready.len() >= READY_PER_APPLET {
+        let mut ready = applet.warm.at(mine).lock();
+        if ready.len() >= READY_PER_SLOT {
             // Enough are kept already (this one was rewound for nothing: rare, and cheaper
             // than a second look at the list).
             drop(ready);
-            return Spent(Some(store));
+            return Spent(Some(store), mine);
         }
         ready.push(Warm {
             store,
@@ -627,22 +647,24 @@ impl Runtime {
             _counted: slot.unwrap_or_else(|| Counted::new(&self.warm)),
         });
         drop(ready);
-        self.counters.rewound.fetch_add(1, Relaxed);
-        Spent(None)
+        self.counters.rewound.add(1);
+        Spent(None, mine)
     }
 
     /// After a run's answer is out: releases what the run left and, unless the applet has one
-    /// or the pool's share for them is taken, makes its next instance ahead of the next hit.
+    /// or the pool's share for them is taken, makes its next instance ahead of the next hit
+    /// (kept in the slot of the thread that ran the last, where that thread looks first).
     pub fn replenish(&self, applet: &Applet, spent: Spent) {
         if spent.is_empty() {
             // Nothing to release: the run's instance was rewound and kept (or the run had
             // none, and its next hit will instantiate).
             return;
         }
+        let slot = spent.1;
         drop(spent);
         if !applet.warmable
             || self.warm.load(Relaxed) >= self.max_warm
-            || !applet.warm.lock().is_empty()
+            || !applet.warm.at(slot).lock().is_empty()
         {
             return;
         }
@@ -661,7 +683,7 @@ impl Runtime {
             rewind,
             _counted: Counted::new(&self.warm),
         };
-        let mut ready = applet.warm.lock();
+        let mut ready = applet.warm.at(slot).lock();
         if ready.is_empty() {
             ready.push(warm);
         } else {
@@ -733,9 +755,15 @@ impl Runtime {
             },
         };
         let outcome = (|| {
-            let code = entry
-                .call(&mut *store, ())
-                .map_err(|e| classify(store.data(), e, false))?;
+            let code = match &rewind {
+                // One entry into the instance: the mask comes back with the result.
+                Some(r) => r.run(&mut *store).map(|(code, marked)| {
+                    store.data_mut().mark(marked);
+                    code
+                }),
+                None => entry.call(&mut *store, ()),
+            }
+            .map_err(|e| classify(store.data(), e, false))?;
             let state = store.data();
             if state.output_overrun {
                 return Err(Reason::Output);
@@ -769,7 +797,11 @@ impl Runtime {
             )
         );
         if !fault {
-            applet.faults_in_a_row.store(0, Relaxed);
+            // Written only when there is something to clear: a store, even of the same value,
+            // takes the line from every other core that reads it.
+            if applet.faults_in_a_row.load(Relaxed) != 0 {
+                applet.faults_in_a_row.store(0, Relaxed);
+            }
             return;
         }
         let n = applet.faults_in_a_row.fetch_add(1, Relaxed) + 1;
@@ -778,7 +810,7 @@ impl Runtime {
             applet.faults_in_a_row.store(0, Relaxed);
             let until = self.clock_ms() + self.config.quarantine.as_millis() as u64;
             applet.quarantined_until.store(until, Relaxed);
-            self.counters.quarantines.fetch_add(1, Relaxed);
+            self.counters.quarantines.add(1);
             tracing::warn!(
                 module = %hex(&applet.hash[..6]),
                 faults = n,
@@ -805,12 +837,15 @@ impl Applet {
     /// How many instances it keeps ready, and whether each rewound one holds exactly what
     /// instantiation gave it.
     pub(crate) fn ready_as_made(&self) -> (usize, bool) {
-        let mut ready = self.warm.lock();
-        let n = ready.len();
-        let as_made = ready.iter_mut().all(|w| match &w.rewind {
-            Some(r) => r.is_as_made(&mut w.store),
-            None => true,
-        });
+        let (mut n, mut as_made) = (0, true);
+        for slot in self.warm.from(0) {
+            let mut ready = slot.lock();
+            n += ready.len();
+            as_made &= ready.iter_mut().all(|w| match &w.rewind {
+                Some(r) => r.is_as_made(&mut w.store),
+                None => true,
+            });
+        }
         (n, as_made)
     }
 }

@@ -3,7 +3,6 @@
 //! exercised end to end through the proxy in `meshcache-proxy`'s tests.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -95,8 +94,8 @@ fn the_three_outcomes_and_invalid_codes() {
         run(&rt, &module("", "", "i32.const 7"), inv(b"")),
         Verdict::Origin(Reason::Invalid(7))
     ));
-    assert_eq!(rt.counters.runs.load(Relaxed), 4);
-    assert_eq!(rt.counters.invalid.load(Relaxed), 2);
+    assert_eq!(rt.counters.runs.get(), 4);
+    assert_eq!(rt.counters.invalid.get(), 2);
 }
 
 #[test]
@@ -228,7 +227,7 @@ fn hostile_runs_end_at_their_limits_and_are_counted() {
     ));
     let c = &rt.counters;
     assert_eq!(
-        [&c.timeouts, &c.memory, &c.output, &c.traps].map(|a| a.load(Relaxed)),
+        [&c.timeouts, &c.memory, &c.output, &c.traps].map(|a| a.get()),
         [1, 1, 1, 2]
     );
     // And the runtime still runs well-behaved applets.
@@ -322,10 +321,7 @@ fn a_kept_instance_uses_the_store_of_each_runs_origin() {
         bodies.push(String::from_utf8(b.body().to_vec()).expect("text"));
     }
     assert_eq!(bodies, ["", "", "http://b.test/2", "http://a.test/1"]);
-    assert!(
-        rt.counters.rewound.load(Relaxed) >= 3,
-        "the instance was kept"
-    );
+    assert!(rt.counters.rewound.get() >= 3, "the instance was kept");
     assert_eq!(
         rt.kv_bytes("http://a.test"),
         1 + "http://a.test/4".len() as u64
@@ -397,7 +393,7 @@ fn modules_that_do_not_fit_the_interface_are_refused() {
         rt.compile(b"not wasm"),
         Err(AppletError::Compile(_))
     ));
-    assert_eq!(rt.counters.compile_failed.load(Relaxed), 3);
+    assert_eq!(rt.counters.compile_failed.get(), 3);
     // The same bytes compile once.
     let ok = module("", "", "i32.const 0");
     let a = rt.compile(&ok).expect("compiles");
@@ -475,9 +471,9 @@ fn an_applet_that_keeps_faulting_is_quarantined() {
         run(without_cookie()),
         Verdict::Origin(Reason::Quarantined)
     ));
-    assert_eq!(rt.counters.quarantines.load(Relaxed), 1);
-    assert_eq!(rt.counters.quarantined.load(Relaxed), 1);
-    assert_eq!(rt.counters.runs.load(Relaxed), 4);
+    assert_eq!(rt.counters.quarantines.get(), 1);
+    assert_eq!(rt.counters.quarantined.get(), 1);
+    assert_eq!(rt.counters.runs.get(), 4);
     // Other modules are not affected.
     assert!(matches!(
         rt.run(
@@ -549,13 +545,13 @@ fn instances_made_ahead_are_fresh_and_used_once() {
     for i in 0..5 {
         run_holding_nothing(&rt, &applet, i);
     }
-    assert_eq!(rt.counters.made_ahead.load(Relaxed), 4);
+    assert_eq!(rt.counters.made_ahead.get(), 4);
     // A run whose store is simply dropped takes the one made ahead and leaves none.
     assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
     assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
-    assert_eq!(rt.counters.made_ahead.load(Relaxed), 5);
-    assert_eq!(rt.counters.invalid.load(Relaxed), 0);
-    assert_eq!(rt.counters.rewound.load(Relaxed), 0);
+    assert_eq!(rt.counters.made_ahead.get(), 5);
+    assert_eq!(rt.counters.invalid.get(), 0);
+    assert_eq!(rt.counters.rewound.get(), 0);
 }
 
 /// The same marking module, rewindable: after each run its instance is rewound and kept, the next
@@ -578,9 +574,9 @@ fn a_rewound_instance_starts_as_a_fresh_one() {
     }
     // Dropping what the run hands back changes nothing: the instance was kept already.
     assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
-    assert_eq!(rt.counters.made_ahead.load(Relaxed), 5);
-    assert_eq!(rt.counters.rewound.load(Relaxed), 6);
-    assert_eq!(rt.counters.invalid.load(Relaxed), 0);
+    assert_eq!(rt.counters.made_ahead.get(), 5);
+    assert_eq!(rt.counters.rewound.get(), 6);
+    assert_eq!(rt.counters.invalid.get(), 0);
 }
 
 /// Every way an applet can write its memory or globals, and the host's own writes, undone: each
@@ -659,8 +655,8 @@ fn rewinding_undoes_every_kind_of_write() {
         rt.replenish(&applet, spent);
         assert_eq!(applet.ready_as_made(), (1, true), "run {i}");
     }
-    assert_eq!(rt.counters.rewound.load(Relaxed), 10);
-    assert_eq!(rt.counters.made_ahead.load(Relaxed), 9);
+    assert_eq!(rt.counters.rewound.get(), 10);
+    assert_eq!(rt.counters.made_ahead.get(), 9);
 
     // Runs that grow their memory, trap, or return an invalid code are not rewound.
     for (body, fault) in [
@@ -681,7 +677,7 @@ fn rewinding_undoes_every_kind_of_write() {
             "{body}: {verdict:?}"
         );
         rt.replenish(&applet, spent);
-        assert_eq!(rt.counters.rewound.load(Relaxed), 0, "{body}");
+        assert_eq!(rt.counters.rewound.get(), 0, "{body}");
         // What is ready now was made ahead, fresh.
         assert_eq!(applet.ready_as_made(), (1, true), "{body}");
     }
@@ -710,7 +706,7 @@ fn a_module_with_a_start_function_is_instantiated_at_its_hit() {
         assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
         rt.replenish(&applet, spent);
     }
-    assert_eq!(rt.counters.made_ahead.load(Relaxed), 0);
+    assert_eq!(rt.counters.made_ahead.get(), 0);
 }
 
 /// Instances made ahead hold at most a quarter of the pool (8 here: 2), one per module; a
@@ -732,7 +728,7 @@ fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
         }
     }
     // The first module's second run found one; so did the second's; the third found none.
-    assert_eq!(rt.counters.made_ahead.load(Relaxed), 2);
+    assert_eq!(rt.counters.made_ahead.get(), 2);
     let trap = rt
         .compile(&module("", "t", "unreachable"))
         .expect("compiles");
@@ -745,7 +741,7 @@ fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
             Verdict::Cached
         ));
     }
-    assert_eq!(rt.counters.made_ahead.load(Relaxed), 4);
+    assert_eq!(rt.counters.made_ahead.get(), 4);
 }
 
 /// One write of the property below: which instruction, where, and how many bytes for the bulk
@@ -820,7 +816,7 @@ proptest::proptest! {
         let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
         proptest::prop_assert!(matches!(verdict, Verdict::Cached), "{:?}", verdict);
         rt.replenish(&applet, spent);
-        proptest::prop_assert_eq!(rt.counters.rewound.load(Relaxed), 1);
+        proptest::prop_assert_eq!(rt.counters.rewound.get(), 1);
         proptest::prop_assert_eq!(applet.ready_as_made(), (1, true));
     }
 }

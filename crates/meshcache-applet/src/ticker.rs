@@ -7,11 +7,11 @@
 //! load, and ending it one atomic subtraction), and its deadline counts from the epoch at its
 //! start, as always.
 //!
-//! Why no run can go unticked: a run announces itself (one add to `runs`, which counts the runs
-//! begun and the runs in progress) and then reads `asleep`; the ticker sets `asleep` and then
-//! reads `runs` again before it parks. All four accesses are sequentially consistent, so
-//! either the run sees `asleep` and wakes the ticker, or the ticker sees the run and keeps
-//! ticking.
+//! Why no run can go unticked: a run announces itself (one add to its thread's slot of `runs`,
+//! which counts the runs begun and the runs in progress) and then reads `asleep`; the ticker
+//! sets `asleep` and then reads every slot of `runs` again before it parks. All these accesses
+//! are sequentially consistent, so either the run sees `asleep` and wakes the ticker, or the
+//! ticker sees the run and keeps ticking.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, OnceLock};
@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use wasmtime::Engine;
+
+use crate::shard::{self, Padded, Sharded};
 
 /// How often the engine's epoch advances: the granularity of CPU deadlines (a run is stopped
 /// between its budget and one tick after). Every tick is a wake-up on a core the proxy's
@@ -38,12 +40,13 @@ const RUNNING: u64 = BEGAN - 1;
 
 #[derive(Default)]
 struct State {
-    /// Runs begun since start (the high 32 bits, wrapping) and runs in progress (the low 32
-    /// bits): one word, so that beginning a run is one atomic operation. The ticker compares
-    /// the runs begun from one tick to the next, which cannot be 2^32 apart.
-    runs: AtomicU64,
-    /// The ticker is parked, or about to park.
-    asleep: AtomicBool,
+    /// Per thread: runs begun since start (the high 32 bits, wrapping) and runs in progress
+    /// (the low 32 bits): one word, so that beginning a run is one atomic operation, in a slot
+    /// of the thread's own (see [`crate::shard`]). A run ends on the thread it began on. The
+    /// ticker compares the runs begun from one tick to the next, which cannot be 2^32 apart.
+    runs: Sharded<AtomicU64>,
+    /// The ticker is parked, or about to park (alone on its line: every run reads it).
+    asleep: Padded<AtomicBool>,
     stop: AtomicBool,
     /// Times the ticker went to sleep.
     sleeps: AtomicU64,
@@ -58,11 +61,20 @@ pub(crate) struct Ticker {
 }
 
 /// A run in progress: keeps the ticker awake until dropped.
-pub(crate) struct Running<'a>(&'a State);
+pub(crate) struct Running<'a>(&'a AtomicU64);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.0.runs.fetch_sub(1, SeqCst);
+        self.0.fetch_sub(1, SeqCst);
+    }
+}
+
+impl State {
+    /// Runs begun and in progress, over all threads (in the layout of one slot).
+    fn runs(&self) -> u64 {
+        self.runs
+            .from(0)
+            .fold(0u64, |t, s| t.wrapping_add(s.load(SeqCst)))
     }
 }
 
@@ -84,13 +96,14 @@ impl Ticker {
     /// A run begins: wakes the ticker if it sleeps, and keeps it awake while the guard lives.
     pub fn running(&self) -> Running<'_> {
         let s = &*self.state;
-        s.runs.fetch_add(BEGAN + 1, SeqCst);
+        let mine = s.runs.at(shard::mine());
+        mine.fetch_add(BEGAN + 1, SeqCst);
         if s.asleep.load(SeqCst) && s.asleep.swap(false, SeqCst) {
             if let Some(t) = s.thread.get() {
                 t.unpark();
             }
         }
-        Running(s)
+        Running(mine)
     }
 
     /// Times the ticker went to sleep since start.
@@ -118,12 +131,12 @@ fn tick(s: &State, engine: &Engine) {
     let _ = s.thread.set(std::thread::current());
     // The runs begun when last looked at (with the runs in progress, which must be none for
     // the ticker to count a quiet tick).
-    let mut seen = s.runs.load(SeqCst) & !RUNNING;
+    let mut seen = s.runs() & !RUNNING;
     let mut quiet = 0;
     while !s.stop.load(SeqCst) {
         std::thread::sleep(TICK);
         engine.increment_epoch();
-        let runs = s.runs.load(SeqCst);
+        let runs = s.runs();
         if runs != seen {
             seen = runs & !RUNNING;
             quiet = 0;
@@ -134,7 +147,7 @@ fn tick(s: &State, engine: &Engine) {
             continue;
         }
         s.asleep.store(true, SeqCst);
-        if s.runs.load(SeqCst) != seen {
+        if s.runs() != seen {
             // A run began after the look above and may not have seen `asleep`: keep ticking.
             s.asleep.store(false, SeqCst);
             continue;
@@ -143,7 +156,7 @@ fn tick(s: &State, engine: &Engine) {
         while s.asleep.load(SeqCst) && !s.stop.load(SeqCst) {
             std::thread::park();
         }
-        seen = s.runs.load(SeqCst) & !RUNNING;
+        seen = s.runs() & !RUNNING;
         quiet = 0;
     }
 }

@@ -222,18 +222,26 @@ impl Active {
         }))
     }
 
+    /// The compiled module at a module URL, if it is cached and within its TTL.
+    fn ready_at(&self, url: &str) -> Option<Arc<Applet>> {
+        match self.modules.lock().get(url) {
+            Some(Slot::Ready { applet, at }) if at.elapsed() < self.runtime.config().module_ttl => {
+                Some(applet.clone())
+            }
+            _ => None,
+        }
+    }
+
     /// The compiled module at a module URL: cached, or fetched (again, after its TTL).
     async fn applet_at(
         self: &Arc<Self>,
         shared: &Shared,
         url: &str,
     ) -> Result<Arc<Applet>, String> {
-        if let Some(Slot::Ready { applet, at }) = self.modules.lock().get(url) {
-            if at.elapsed() < self.runtime.config().module_ttl {
-                return Ok(applet.clone());
-            }
+        match self.ready_at(url) {
+            Some(applet) => Ok(applet),
+            None => self.module(shared, url).await,
         }
-        self.module(shared, url).await
     }
 
     /// The compiled module at `url`: fetched from its origin and compiled on first use.
@@ -321,26 +329,26 @@ impl Active {
         let l = &self.runtime.logs.counters;
         let g = |a: &AtomicU64| a.load(Relaxed);
         serde_json::json!({
-            "runs": g(&c.runs),
-            "cached": g(&c.cached),
-            "built": g(&c.built),
-            "asked_origin": g(&c.asked_origin),
-            "traps": g(&c.traps),
-            "timeouts": g(&c.timeouts),
-            "memory_overruns": g(&c.memory),
-            "output_overruns": g(&c.output),
-            "invalid_results": g(&c.invalid),
-            "instantiate_failures": g(&c.instantiate),
-            "made_ahead": g(&c.made_ahead),
-            "rewound": g(&c.rewound),
+            "runs": c.runs.get(),
+            "cached": c.cached.get(),
+            "built": c.built.get(),
+            "asked_origin": c.asked_origin.get(),
+            "traps": c.traps.get(),
+            "timeouts": c.timeouts.get(),
+            "memory_overruns": c.memory.get(),
+            "output_overruns": c.output.get(),
+            "invalid_results": c.invalid.get(),
+            "instantiate_failures": c.instantiate.get(),
+            "made_ahead": c.made_ahead.get(),
+            "rewound": c.rewound.get(),
             "ready_ahead": self.runtime.ready_ahead(),
             "ticker_sleeps": self.runtime.ticker_sleeps(),
-            "quarantined": g(&c.quarantined),
-            "quarantines": g(&c.quarantines),
-            "kv_rejected": g(&c.kv_rejected),
-            "run_micros": g(&c.run_nanos) / 1000,
-            "modules_compiled": g(&c.compiled),
-            "module_compile_failures": g(&c.compile_failed),
+            "quarantined": c.quarantined.get(),
+            "quarantines": c.quarantines.get(),
+            "kv_rejected": c.kv_rejected.get(),
+            "run_micros": c.run_nanos.get() / 1000,
+            "modules_compiled": c.compiled.get(),
+            "module_compile_failures": c.compile_failed.get(),
             "module_fetches": g(&p.module_fetches),
             "module_unavailable": g(&p.module_unavailable),
             "refused_headers": g(&p.refused),
@@ -399,42 +407,87 @@ impl Items for CacheItems {
     }
 }
 
-/// Runs the applet of a stored document, if it has one, for this hit. The request's headers
-/// are lent to the run and put back.
-pub(crate) async fn on_hit(
+/// Runs the applet of a stored document, if it has one, for this hit, when its module is at
+/// hand (compiled at start, or fetched and compiled by an earlier hit and within its TTL): the
+/// usual case, with no future to make. `None` when the module must be fetched first: then
+/// [`on_hit_fetching`] does it and runs the applet. The request's headers are lent to the run
+/// and put back.
+pub(crate) fn on_hit(
+    shared: &Arc<Shared>,
+    req: &mut request::Parts,
+    url: &str,
+    client: IpAddr,
+    object: &CachedObject,
+) -> Option<Gate> {
+    let Some((active, attached)) = attachment(shared, url, object) else {
+        return Some(Gate::Serve);
+    };
+    let fetched;
+    let applet = match &attached.module {
+        Source::Compiled(applet) => applet,
+        Source::Url(module) => {
+            fetched = active.ready_at(module)?;
+            &fetched
+        }
+    };
+    Some(run(
+        shared, active, attached, applet, req, url, client, object,
+    ))
+}
+
+/// [`on_hit`] for a document whose module is known by its URL: fetched (or found fetched) and
+/// compiled first.
+pub(crate) async fn on_hit_fetching(
     shared: &Arc<Shared>,
     req: &mut request::Parts,
     url: &str,
     client: IpAddr,
     object: &CachedObject,
 ) -> Gate {
-    let Some(active) = &shared.applets else {
+    let Some((active, attached)) = attachment(shared, url, object) else {
         return Gate::Serve;
     };
-    // Borrowed, not cloned: a clone is an atomic add and subtract on a count that every hit of
-    // the document shares (a cache line moved between cores when they run on several).
-    let Some(attached) = object
-        .applet
-        .get_or_init(|| active.attachment(url, object))
-        .as_deref()
-    else {
-        return Gate::Serve;
-    };
-    let fetched;
     let applet = match &attached.module {
-        Source::Compiled(applet) => applet,
-        // Boxed: fetching a module is a large future, and this one is made on every hit.
-        Source::Url(url) => match Box::pin(active.applet_at(shared, url)).await {
-            Ok(applet) => {
-                fetched = applet;
-                &fetched
-            }
+        Source::Compiled(applet) => applet.clone(),
+        Source::Url(module) => match active.applet_at(shared, module).await {
+            Ok(applet) => applet,
             Err(_) => {
                 active.counters.module_unavailable.fetch_add(1, Relaxed);
                 return Gate::Origin("applet-unavailable");
             }
         },
     };
+    run(shared, active, attached, &applet, req, url, client, object)
+}
+
+/// The document's applet, if it has one (worked out on its first hit and kept with it). Borrowed,
+/// not cloned: a clone is an atomic add and subtract on a count that every hit of the document
+/// shares (a cache line moved between cores when they run on several).
+fn attachment<'o>(
+    shared: &'o Shared,
+    url: &str,
+    object: &'o CachedObject,
+) -> Option<(&'o Arc<Active>, &'o Attached)> {
+    let active = shared.applets.as_ref()?;
+    let attached = object
+        .applet
+        .get_or_init(|| active.attachment(url, object))
+        .as_deref()?;
+    Some((active, attached))
+}
+
+/// Runs `applet` for the hit, and says what to answer.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    shared: &Arc<Shared>,
+    active: &Active,
+    attached: &Attached,
+    applet: &Arc<Applet>,
+    req: &mut request::Parts,
+    url: &str,
+    client: IpAddr,
+    object: &CachedObject,
+) -> Gate {
     let headers = Arc::new(std::mem::take(&mut req.headers));
     let invocation = Invocation {
         method: req.method.clone(),

@@ -390,15 +390,22 @@ async fn serve_hit(
     if shared.applets.is_none() {
         return serve_stored(shared, txn, &parts, object, code, now, status_detail);
     }
-    match Box::pin(applets::on_hit(
-        shared,
-        &mut parts,
-        &target.url,
-        txn.client(),
-        object,
-    ))
-    .await
-    {
+    let client = txn.client();
+    let gate = match applets::on_hit(shared, &mut parts, &target.url, client, object) {
+        Some(gate) => gate,
+        // Boxed: fetching a module is a large future, made only on a document's first hits.
+        None => {
+            Box::pin(applets::on_hit_fetching(
+                shared,
+                &mut parts,
+                &target.url,
+                client,
+                object,
+            ))
+            .await
+        }
+    };
+    match gate {
         Gate::Serve => serve_stored(shared, txn, &parts, object, code, now, status_detail),
         Gate::Built(built) => serve_built(shared, txn, &parts, built, code),
         Gate::Origin(why) => {
