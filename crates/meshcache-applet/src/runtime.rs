@@ -191,7 +191,9 @@ pub struct Applet {
     /// Instances ready for the next hits: rewound after a run, or made ahead. Each thread
     /// keeps those it rewound in its own slot and looks there first, so that the lists'
     /// locks (and the instances' memory) stay with one core.
-    warm: Sharded<Mutex<Vec<Warm>>>,
+    // Boxed on purpose: a run takes one and puts it back without moving the instance.
+    #[allow(clippy::vec_box)]
+    warm: Sharded<Mutex<Vec<Box<Warm>>>>,
     /// Runs in a row that ended in a fault (trap, limit, invalid result).
     faults_in_a_row: AtomicU32,
     /// Until when (milliseconds on the runtime's clock) it is not run, after too many faults.
@@ -201,7 +203,7 @@ pub struct Applet {
 impl Applet {
     /// An instance kept ready, from the calling thread's slot (`mine`) if it has one, else
     /// from another thread's.
-    fn ready(&self, mine: usize) -> Option<Warm> {
+    fn ready(&self, mine: usize) -> Option<Box<Warm>> {
         if let Some(w) = self.warm.at(mine).lock().pop() {
             return Some(w);
         }
@@ -220,14 +222,16 @@ impl std::fmt::Debug for Applet {
     }
 }
 
-/// An instance ready for a hit: made ahead and never run, or rewound after a run.
+/// An instance: ready for a hit (made ahead and never run, or rewound after a run), or running
+/// one. Boxed, so that taking one for a run and putting it back move a pointer, not the
+/// instance's handles (moving them, a few times per run, cost a `null` run a tenth of its time).
 struct Warm {
     store: Store<RunState>,
     entry: TypedFunc<(), i32>,
     /// How to rewind it, if its module was compiled rewindable.
     rewind: Option<Rewind>,
-    /// Its place in the runtime's count of instances kept ready.
-    _counted: Counted,
+    /// Its place in the runtime's count of instances kept ready, once it has been kept.
+    counted: Option<Counted>,
 }
 
 /// One run in this many is timed for [`Counters::run_nanos`].
@@ -537,33 +541,42 @@ impl Runtime {
         }
         let started = (self.counters.runs.bump_mine() % TIMED_ONE_IN == 0).then(Instant::now);
         let ticks = self.deadline_ticks(inv.document.body.len());
-        let warm = applet.ready(mine);
-        let (mut store, ready, slot) = match warm {
-            Some(Warm {
-                mut store,
-                entry,
-                rewind,
-                _counted,
-            }) => {
+        let running = self.ticker.running();
+        let mut warm = match applet.ready(mine) {
+            Some(mut warm) => {
                 self.counters.made_ahead.add(1);
-                store.data_mut().begin(inv, items);
-                (store, Some((entry, rewind)), Some(_counted))
+                warm.store.data_mut().begin(inv, items);
+                warm.store.set_epoch_deadline(ticks);
+                warm
             }
-            None => (self.new_store(Some(inv), Some(items)), None, None),
+            None => {
+                let mut store = self.new_store(Some(inv), Some(items));
+                store.set_epoch_deadline(ticks);
+                match self.instantiate(applet, &mut store) {
+                    Ok((entry, rewind)) => Box::new(Warm {
+                        store,
+                        entry,
+                        rewind,
+                        counted: None,
+                    }),
+                    Err(reason) => {
+                        drop(running);
+                        drop(store.data_mut().end());
+                        let verdict = Verdict::Origin(reason);
+                        return self.finish(applet, verdict, Spent(Some(store), mine), started);
+                    }
+                }
+            }
         };
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
-        let (called, rewind) = {
-            let _running = self.ticker.running();
-            self.call(applet, &mut store, ready)
-        };
+        let called = self.call(&mut warm);
+        drop(running);
         let Ended {
             inv,
             kv,
             output,
             kv_writes,
             log,
-        } = store.data_mut().end();
+        } = warm.store.data_mut().end();
         let verdict = match called {
             Ok(outcome) => {
                 // A normal completion: its writes and log records are kept, whatever it chose.
@@ -585,6 +598,24 @@ impl Runtime {
             }
             Err(reason) => Verdict::Origin(reason),
         };
+        drop(inv);
+        let spent = if completed(&verdict) && warm.rewind.is_some() {
+            self.keep_rewound(applet, warm, mine)
+        } else {
+            Spent(Some(warm.store), mine)
+        };
+        self.finish(applet, verdict, spent, started)
+    }
+
+    /// A run's end: its verdict counted (and, if it faulted, toward a quarantine), and its
+    /// time if it was timed.
+    fn finish(
+        &self,
+        applet: &Applet,
+        verdict: Verdict,
+        spent: Spent,
+        started: Option<Instant>,
+    ) -> (Verdict, Spent) {
         let c = &self.counters;
         match &verdict {
             Verdict::Cached => &c.cached,
@@ -600,12 +631,6 @@ impl Runtime {
         }
         .add(1);
         self.note_fault(applet, &verdict);
-        let spent = match rewind {
-            Some((entry, rewind)) if completed(&verdict) => {
-                self.keep_rewound(applet, store, entry, rewind, slot, mine)
-            }
-            _ => Spent(Some(store), mine),
-        };
         if let Some(started) = started {
             let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             c.run_nanos.add(nanos.saturating_mul(TIMED_ONE_IN));
@@ -613,39 +638,30 @@ impl Runtime {
         (verdict, spent)
     }
 
-    /// After a run that completed normally: rewinds its instance and keeps it for the next hit,
-    /// if there is room; otherwise hands it back to be released. `slot` is the place in the
-    /// count of instances kept ready that the instance had before its run, if it was kept;
-    /// `mine` is the calling thread's slot of the applet's ready lists.
-    fn keep_rewound(
-        &self,
-        applet: &Applet,
-        mut store: Store<RunState>,
-        entry: TypedFunc<(), i32>,
-        rewind: Rewind,
-        slot: Option<Counted>,
-        mine: usize,
-    ) -> Spent {
-        if slot.is_none() && self.warm.load(Relaxed) >= self.max_warm {
-            return Spent(Some(store), mine);
+    /// After a run that completed normally in an instance that can be rewound: rewinds it and
+    /// keeps it for the next hit, if there is room (it keeps its place in the count of
+    /// instances kept ready if it had one); otherwise hands it back to be released. `mine` is
+    /// the calling thread's slot of the applet's ready lists.
+    fn keep_rewound(&self, applet: &Applet, mut warm: Box<Warm>, mine: usize) -> Spent {
+        if warm.counted.is_none() && self.warm.load(Relaxed) >= self.max_warm {
+            return Spent(Some(warm.store), mine);
         }
-        let written = store.data_mut().take_dirty();
-        if !rewind.rewind(&mut store, written) {
-            return Spent(Some(store), mine);
+        let written = warm.store.data_mut().take_dirty();
+        match &warm.rewind {
+            Some(rewind) if rewind.rewind(&mut warm.store, written) => {}
+            _ => return Spent(Some(warm.store), mine),
         }
         let mut ready = applet.warm.at(mine).lock();
         if ready.len() >= READY_PER_SLOT {
             // Enough are kept already (this one was rewound for nothing: rare, and cheaper
             // than a second look at the list).
             drop(ready);
-            return Spent(Some(store), mine);
+            return Spent(Some(warm.store), mine);
         }
-        ready.push(Warm {
-            store,
-            entry,
-            rewind: Some(rewind),
-            _counted: slot.unwrap_or_else(|| Counted::new(&self.warm)),
-        });
+        if warm.counted.is_none() {
+            warm.counted = Some(Counted::new(&self.warm));
+        }
+        ready.push(warm);
         drop(ready);
         self.counters.rewound.add(1);
         Spent(None, mine)
@@ -672,17 +688,16 @@ impl Runtime {
         // Instantiating runs no code of a module without a start function; the deadline is
         // there in case that ever changes. Each run sets its own.
         store.set_epoch_deadline(self.deadline_ticks(0));
-        store.epoch_deadline_trap();
         let Ok((entry, rewind)) = self.instantiate(applet, &mut store) else {
             // The pool is busy, or the module cannot be instantiated: its hit will say why.
             return;
         };
-        let warm = Warm {
+        let warm = Box::new(Warm {
             store,
             entry,
             rewind,
-            _counted: Counted::new(&self.warm),
-        };
+            counted: Some(Counted::new(&self.warm)),
+        });
         let mut ready = applet.warm.at(slot).lock();
         if ready.is_empty() {
             ready.push(warm);
@@ -732,49 +747,32 @@ impl Runtime {
         );
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
+        // A run past its deadline traps (each run sets its deadline).
+        store.epoch_deadline_trap();
         store
     }
 
-    /// Calls `run` (instantiating first unless `ready` is an instance kept ready); the outcome,
-    /// or why there is none, and the entry point and rewind of the instance it ran in.
-    #[allow(clippy::type_complexity)]
-    fn call(
-        &self,
-        applet: &Applet,
-        store: &mut Store<RunState>,
-        ready: Option<(TypedFunc<(), i32>, Option<Rewind>)>,
-    ) -> (
-        Result<Outcome, Reason>,
-        Option<(TypedFunc<(), i32>, Rewind)>,
-    ) {
-        let (entry, rewind) = match ready {
-            Some(ready) => ready,
-            None => match self.instantiate(applet, store) {
-                Ok(made) => made,
-                Err(reason) => return (Err(reason), None),
-            },
-        };
-        let outcome = (|| {
-            let code = match &rewind {
-                // One entry into the instance: the mask comes back with the result.
-                Some(r) => r.run(&mut *store).map(|(code, marked)| {
-                    store.data_mut().mark(marked);
-                    code
-                }),
-                None => entry.call(&mut *store, ()),
-            }
-            .map_err(|e| classify(store.data(), e, false))?;
-            let state = store.data();
-            if state.output_overrun {
-                return Err(Reason::Output);
-            }
-            match Outcome::from_code(code) {
-                Some(Outcome::Built) if state.output.is_none() => Err(Reason::Invalid(code)),
-                Some(o) => Ok(o),
-                None => Err(Reason::Invalid(code)),
-            }
-        })();
-        (outcome, rewind.map(|r| (entry, r)))
+    /// Calls the applet's entry point in `warm`: the outcome, or why there is none.
+    fn call(&self, warm: &mut Warm) -> Result<Outcome, Reason> {
+        let store = &mut warm.store;
+        let code = match &warm.rewind {
+            // One entry into the instance: the mask comes back with the result.
+            Some(r) => r.run(&mut *store).map(|(code, marked)| {
+                store.data_mut().mark(marked);
+                code
+            }),
+            None => warm.entry.call(&mut *store, ()),
+        }
+        .map_err(|e| classify(store.data(), e, false))?;
+        let state = store.data();
+        if state.output_overrun {
+            return Err(Reason::Output);
+        }
+        match Outcome::from_code(code) {
+            Some(Outcome::Built) if state.output.is_none() => Err(Reason::Invalid(code)),
+            Some(o) => Ok(o),
+            None => Err(Reason::Invalid(code)),
+        }
     }
 }
 
