@@ -26,6 +26,7 @@ import argparse
 import base64
 import csv
 import json
+import math
 import os
 import resource
 import shutil
@@ -333,6 +334,21 @@ end
                 p.kill()
 
 
+def median_interval(values, level=0.95):
+    """A distribution-free confidence interval for the median of `values`: the order statistics
+    x(j) and x(n+1-j) for the largest j whose coverage, 1 - 2 P(Binomial(n, 1/2) < j), is at
+    least `level`. None when there are too few values for any (fewer than 6 at 95 %)."""
+    xs = sorted(values)
+    n = len(xs)
+    found = None
+    for j in range(1, n // 2 + 1):
+        below = sum(math.comb(n, i) for i in range(j)) / 2 ** n
+        if 1 - 2 * below < level:
+            break
+        found = (xs[j - 1], xs[n - j])
+    return found
+
+
 def report(args, rows, out):
     by = {}
     for r in rows:
@@ -341,10 +357,13 @@ def report(args, rows, out):
     def median_of(a, c, key):
         return statistics.median(x[key] for x in by[(a, c)])
 
-    def paired(a, c, key):
+    def ratios(a, c, key):
         xs = sorted(by[(a, c)], key=lambda r: r["round"])
         ys = sorted(by[("none", c)], key=lambda r: r["round"])
-        return statistics.median(x[key] / y[key] for x, y in zip(xs, ys))
+        return [x[key] / y[key] for x, y in zip(xs, ys)]
+
+    def paired(a, c, key):
+        return statistics.median(ratios(a, c, key))
 
     # The response time is the closed-loop clients' cycle time (Little's law): clients ×
     # duration / requests. wrk's mean latency is shown beside it but not judged by.
@@ -362,7 +381,9 @@ def report(args, rows, out):
             else:
                 ratio = paired(a, c, "cycle_ms")
                 verdicts.setdefault(a, []).append(ratio)
-                cells.append(f"{ratio:.3f}{bound}")
+                interval = median_interval(ratios(a, c, "cycle_ms"))
+                within = f" ({interval[0]:.3f}–{interval[1]:.3f})" if interval else ""
+                cells.append(f"{ratio:.3f}{within}{bound}")
         target = TARGETS.get(a)
         if target is None:
             verdict = ""
@@ -386,7 +407,8 @@ def report(args, rows, out):
     header = (f"Applet overhead, WebStone mix, {args.rounds} rounds × {args.duration} s per cell; "
               f"cells: median over rounds of the paired ratio of the clients' mean response time "
               f"(cycle time, clients × duration / requests) to `none` (the same hits with no "
-              f"applet); for `none`, its cycle time and meshcache's CPU per hit.\n"
+              f"applet), in brackets a 95 % confidence interval of that median (order statistics, "
+              f"shown from 6 rounds); for `none`, its cycle time and meshcache's CPU per hit.\n"
               f"Revision {revision()}; binary {args.bin}.\n")
     (out / "results.md").write_text(header + "\n" + table + "\n")
     with open(out / "raw.csv", "w", newline="") as f:
@@ -421,8 +443,8 @@ def main():
     for a in args.applets:
         if a not in APPLETS:
             die(f"--applets: unknown applet {a}")
-    if not 1 <= args.duration <= 120 or not 1 <= args.rounds <= 20:
-        die("--duration 1..120, --rounds 1..20")
+    if not 1 <= args.duration <= 120 or not 1 <= args.rounds <= 60:
+        die("--duration 1..120, --rounds 1..60")
     if os.environ.get("BENCH_APPLETS_IN_NETNS") is None:
         ensure_tools()
         if not args.no_build and args.bin is None:
