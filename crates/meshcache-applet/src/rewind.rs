@@ -786,8 +786,10 @@ pub struct Rewind {
 }
 
 impl Rewind {
-    /// Learns how to rewind a just-made instance. `image` is the module's memory image, taken
-    /// from this instance if it is the module's first.
+    /// Learns how to run and rewind a just-made instance. `image` is the module's memory
+    /// image, taken from this instance if it is the module's first. `globals` names the
+    /// exports of its mutable globals ([`Instrumented::globals`]): the added entry point resets
+    /// them itself, so only tests read them, to check that a rewound instance is as made.
     pub fn new<T>(
         store: &mut Store<T>,
         instance: &Instance,
@@ -810,7 +812,7 @@ impl Rewind {
             (dirty, saved)
         };
         #[cfg(not(test))]
-        let _ = globals;
+        let _ = globals; // See above: read in tests only.
         let image = image
             .get_or_init(|| Arc::new(Image::of(memory.data(&*store))))
             .clone();

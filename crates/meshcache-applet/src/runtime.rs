@@ -262,7 +262,11 @@ impl Drop for Counted {
 /// until the answer is out. Dropping it releases it; [`Runtime::replenish`] also makes the
 /// applet's next instance.
 #[must_use = "dropping it releases the instance; pass it to Runtime::replenish after answering"]
-pub struct Spent(Option<Store<RunState>>, usize);
+pub struct Spent(
+    Option<Store<RunState>>,
+    /// The slot of the thread that ran it, where an instance made ahead for the next hit goes.
+    usize,
+);
 
 impl Spent {
     /// Whether there is nothing to release: the run's instance was rewound and kept, or there
@@ -466,7 +470,14 @@ impl Runtime {
         // module as given, whose own errors are then the ones reported.
         let (module, rewindable, not_rewound) = match rewind::instrument(bytes) {
             Ok(r) => match Module::new(&self.engine, &r.bytes) {
-                Ok(m) => (m, Some(r.globals), None),
+                Ok(m) if m.get_export(rewind::RUN).is_some() => (m, Some(r.globals), None),
+                // No entry point of its own to wrap (an imported `run`, or none: the check
+                // below then says so).
+                Ok(_) => (
+                    original(bytes)?,
+                    None,
+                    Some("its entry point is not a function of its own".into()),
+                ),
                 Err(e) => (
                     original(bytes)?,
                     None,
