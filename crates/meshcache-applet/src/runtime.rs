@@ -43,7 +43,6 @@ use crate::abi::{self, Outcome};
 use crate::config::AppletConfig;
 use crate::host::{self, Ended, RunState, VerifyMemo};
 use crate::rewind::{self, Image, Rewind};
-pub use crate::shard::Count;
 use crate::shard::{self, Sharded};
 use crate::state::{KvStores, LogSpool};
 use crate::ticker::Ticker;
@@ -306,47 +305,76 @@ impl Modules {
     }
 }
 
-/// Counters of what runs did; the proxy's metrics read them.
-#[derive(Debug, Default)]
-pub struct Counters {
+/// What the runtime counts ([`Counters::get`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
     /// Runs started.
-    pub runs: Count,
-    /// Runs that said "serve the cached copy".
-    pub cached: Count,
-    /// Runs that built a response.
-    pub built: Count,
-    /// Runs that asked for the origin.
-    pub asked_origin: Count,
-    /// Runs that trapped.
-    pub traps: Count,
-    /// Runs stopped at their CPU deadline.
-    pub timeouts: Count,
-    /// Runs stopped at the memory limit.
-    pub memory: Count,
-    /// Runs whose output overran its limit.
-    pub output: Count,
-    /// Runs that returned an invalid code.
-    pub invalid: Count,
-    /// Runs that could not be instantiated.
-    pub instantiate: Count,
+    Runs,
     /// Runs that found their instance ready: made ahead, or rewound after an earlier run.
-    pub made_ahead: Count,
+    MadeAhead,
+    /// Runs that said "serve the cached copy".
+    Cached,
     /// Runs after which their instance was rewound and kept for the next hit.
-    pub rewound: Count,
-    /// Hits not run because their applet was in quarantine.
-    pub quarantined: Count,
-    /// Times an applet was put in quarantine.
-    pub quarantines: Count,
-    /// Completed runs whose key/value writes did not fit the origin's bound (none applied).
-    pub kv_rejected: Count,
-    /// Modules compiled.
-    pub compiled: Count,
-    /// Modules that failed to compile or link.
-    pub compile_failed: Count,
+    Rewound,
+    /// Runs that built a response.
+    Built,
+    /// Runs that asked for the origin.
+    AskedOrigin,
     /// Total run time, nanoseconds, estimated: one run in [`TIMED_ONE_IN`] is timed, counting
     /// for that many (reading the clock twice cost a `null` applet's run about a tenth of its
     /// time).
-    pub run_nanos: Count,
+    RunNanos,
+    /// Runs that trapped.
+    Traps,
+    /// Runs stopped at their CPU deadline.
+    Timeouts,
+    /// Runs stopped at the memory limit.
+    Memory,
+    /// Runs whose output overran its limit.
+    Output,
+    /// Runs that returned an invalid code.
+    Invalid,
+    /// Runs that could not be instantiated.
+    Instantiate,
+    /// Hits not run because their applet was in quarantine.
+    Quarantined,
+    /// Times an applet was put in quarantine.
+    Quarantines,
+    /// Completed runs whose key/value writes did not fit the origin's bound (none applied).
+    KvRejected,
+    /// Modules compiled.
+    Compiled,
+    /// Modules that failed to compile or link.
+    CompileFailed,
+}
+
+/// How many [`Counter`]s there are.
+const COUNTERS: usize = Counter::CompileFailed as usize + 1;
+
+/// Counters of what runs did; the proxy's metrics read them. Each thread counts in a block of
+/// its own (see [`crate::shard`]), all counters together, so that what one run counts (the run,
+/// its instance found ready, its verdict, its rewind: the first four) is on one cache line.
+#[derive(Debug, Default)]
+pub struct Counters(Sharded<[AtomicU64; COUNTERS]>);
+
+impl Counters {
+    /// A counter's total (its threads' counts read one after the other: exact once the
+    /// runs are over).
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.0.from(0).fold(0u64, |total, block| {
+            total.wrapping_add(block[counter as usize].load(Relaxed))
+        })
+    }
+
+    /// Adds `n` to a counter, in the calling thread's block.
+    pub(crate) fn add(&self, counter: Counter, n: u64) {
+        self.0.mine()[counter as usize].fetch_add(n, Relaxed);
+    }
+
+    /// Adds one to a counter; returns the calling thread's count before it (not the total).
+    fn bump_mine(&self, counter: Counter) -> u64 {
+        self.0.mine()[counter as usize].fetch_add(1, Relaxed)
+    }
 }
 
 /// The Active Cache runtime. One per proxy; shared by all requests.
@@ -449,13 +477,13 @@ impl Runtime {
         let compiled = self.compile_new(bytes, hash);
         match &compiled {
             Ok(a) => {
-                self.counters.compiled.add(1);
+                self.counters.add(Counter::Compiled, 1);
                 self.modules
                     .lock()
                     .insert(hash, a.clone(), self.config.max_modules);
             }
             Err(_) => {
-                self.counters.compile_failed.add(1);
+                self.counters.add(Counter::CompileFailed, 1);
             }
         }
         compiled
@@ -547,15 +575,16 @@ impl Runtime {
         let mine = shard::mine();
         let until = applet.quarantined_until.load(Relaxed);
         if until != 0 && until > self.clock_ms() {
-            self.counters.quarantined.add(1);
+            self.counters.add(Counter::Quarantined, 1);
             return (Verdict::Origin(Reason::Quarantined), Spent(None, mine));
         }
-        let started = (self.counters.runs.bump_mine() % TIMED_ONE_IN == 0).then(Instant::now);
+        let started =
+            (self.counters.bump_mine(Counter::Runs) % TIMED_ONE_IN == 0).then(Instant::now);
         let ticks = self.deadline_ticks(inv.document.body.len());
         let running = self.ticker.running();
         let mut warm = match applet.ready(mine) {
             Some(mut warm) => {
-                self.counters.made_ahead.add(1);
+                self.counters.add(Counter::MadeAhead, 1);
                 warm.store.data_mut().begin(inv, items);
                 warm.store.set_epoch_deadline(ticks);
                 warm
@@ -595,7 +624,7 @@ impl Runtime {
                 if !kv_writes.is_empty() {
                     let kv = kv.or_else(|| inv.as_ref().map(|i| self.kv.of(&i.origin)));
                     if !kv.is_some_and(|kv| kv.lock().commit(kv_writes, self.config.kv_max)) {
-                        self.counters.kv_rejected.add(1);
+                        self.counters.add(Counter::KvRejected, 1);
                     }
                 }
                 if let (false, Some(inv)) = (log.is_empty(), &inv) {
@@ -628,23 +657,23 @@ impl Runtime {
         started: Option<Instant>,
     ) -> (Verdict, Spent) {
         let c = &self.counters;
-        match &verdict {
-            Verdict::Cached => &c.cached,
-            Verdict::Built(_) => &c.built,
-            Verdict::Origin(Reason::Asked) => &c.asked_origin,
-            Verdict::Origin(Reason::Trap(_)) => &c.traps,
-            Verdict::Origin(Reason::Timeout) => &c.timeouts,
-            Verdict::Origin(Reason::Memory) => &c.memory,
-            Verdict::Origin(Reason::Output) => &c.output,
-            Verdict::Origin(Reason::Invalid(_)) => &c.invalid,
-            Verdict::Origin(Reason::Instantiate(_)) => &c.instantiate,
-            Verdict::Origin(Reason::Quarantined) => &c.quarantined,
-        }
-        .add(1);
+        let counted = match &verdict {
+            Verdict::Cached => Counter::Cached,
+            Verdict::Built(_) => Counter::Built,
+            Verdict::Origin(Reason::Asked) => Counter::AskedOrigin,
+            Verdict::Origin(Reason::Trap(_)) => Counter::Traps,
+            Verdict::Origin(Reason::Timeout) => Counter::Timeouts,
+            Verdict::Origin(Reason::Memory) => Counter::Memory,
+            Verdict::Origin(Reason::Output) => Counter::Output,
+            Verdict::Origin(Reason::Invalid(_)) => Counter::Invalid,
+            Verdict::Origin(Reason::Instantiate(_)) => Counter::Instantiate,
+            Verdict::Origin(Reason::Quarantined) => Counter::Quarantined,
+        };
+        c.add(counted, 1);
         self.note_fault(applet, &verdict);
         if let Some(started) = started {
             let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            c.run_nanos.add(nanos.saturating_mul(TIMED_ONE_IN));
+            c.add(Counter::RunNanos, nanos.saturating_mul(TIMED_ONE_IN));
         }
         (verdict, spent)
     }
@@ -674,7 +703,7 @@ impl Runtime {
         }
         ready.push(warm);
         drop(ready);
-        self.counters.rewound.add(1);
+        self.counters.add(Counter::Rewound, 1);
         Spent(None, mine)
     }
 
@@ -819,7 +848,7 @@ impl Runtime {
             applet.faults_in_a_row.store(0, Relaxed);
             let until = self.clock_ms() + self.config.quarantine.as_millis() as u64;
             applet.quarantined_until.store(until, Relaxed);
-            self.counters.quarantines.add(1);
+            self.counters.add(Counter::Quarantines, 1);
             tracing::warn!(
                 module = %hex(&applet.hash[..6]),
                 faults = n,

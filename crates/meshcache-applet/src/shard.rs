@@ -13,7 +13,7 @@
 //! slots, which stays correct and only costs what sharing costs.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Slots per sharded value.
 pub(crate) const SHARDS: usize = 8;
@@ -73,51 +73,13 @@ impl<T> Sharded<T> {
     }
 }
 
-/// A counter that threads add to without sharing a cache line.
-#[derive(Debug, Default)]
-pub struct Count(Sharded<AtomicU64>);
-
-impl Count {
-    /// Adds `n` in the calling thread's slot.
-    pub fn add(&self, n: u64) {
-        self.0.mine().fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Adds one; returns the calling thread's count before it (not the total).
-    pub(crate) fn bump_mine(&self) -> u64 {
-        self.0.mine().fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// The total (a sum of slots read one after the other: exact once writers are quiet).
-    pub fn get(&self) -> u64 {
-        self.0
-            .from(0)
-            .fold(0u64, |t, s| t.wrapping_add(s.load(Ordering::Relaxed)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn threads_count_into_one_total() {
-        let c = Count::default();
-        std::thread::scope(|s| {
-            for _ in 0..(SHARDS + 3) {
-                s.spawn(|| {
-                    for _ in 0..1000 {
-                        c.add(1);
-                    }
-                });
-            }
-        });
-        assert_eq!(c.get(), (SHARDS as u64 + 3) * 1000);
-    }
-
-    #[test]
     fn slots_are_lines_of_their_own() {
-        let s: Sharded<AtomicU64> = Sharded::default();
+        let s: Sharded<std::sync::atomic::AtomicU64> = Sharded::default();
         let a = s.at(0) as *const _ as usize;
         let b = s.at(1) as *const _ as usize;
         assert_eq!(b - a, 128);

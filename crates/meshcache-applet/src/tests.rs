@@ -8,7 +8,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
-use crate::{AppletConfig, AppletError, Invocation, Item, Items, Reason, Runtime, Verdict};
+use crate::{
+    AppletConfig, AppletError, Counter, Invocation, Item, Items, Reason, Runtime, Verdict,
+};
 
 struct NoItems;
 impl Items for NoItems {
@@ -94,8 +96,8 @@ fn the_three_outcomes_and_invalid_codes() {
         run(&rt, &module("", "", "i32.const 7"), inv(b"")),
         Verdict::Origin(Reason::Invalid(7))
     ));
-    assert_eq!(rt.counters.runs.get(), 4);
-    assert_eq!(rt.counters.invalid.get(), 2);
+    assert_eq!(rt.counters.get(Counter::Runs), 4);
+    assert_eq!(rt.counters.get(Counter::Invalid), 2);
 }
 
 #[test]
@@ -227,7 +229,13 @@ fn hostile_runs_end_at_their_limits_and_are_counted() {
     ));
     let c = &rt.counters;
     assert_eq!(
-        [&c.timeouts, &c.memory, &c.output, &c.traps].map(|a| a.get()),
+        [
+            Counter::Timeouts,
+            Counter::Memory,
+            Counter::Output,
+            Counter::Traps
+        ]
+        .map(|k| c.get(k)),
         [1, 1, 1, 2]
     );
     // And the runtime still runs well-behaved applets.
@@ -321,7 +329,10 @@ fn a_kept_instance_uses_the_store_of_each_runs_origin() {
         bodies.push(String::from_utf8(b.body().to_vec()).expect("text"));
     }
     assert_eq!(bodies, ["", "", "http://b.test/2", "http://a.test/1"]);
-    assert!(rt.counters.rewound.get() >= 3, "the instance was kept");
+    assert!(
+        rt.counters.get(Counter::Rewound) >= 3,
+        "the instance was kept"
+    );
     assert_eq!(
         rt.kv_bytes("http://a.test"),
         1 + "http://a.test/4".len() as u64
@@ -393,7 +404,7 @@ fn modules_that_do_not_fit_the_interface_are_refused() {
         rt.compile(b"not wasm"),
         Err(AppletError::Compile(_))
     ));
-    assert_eq!(rt.counters.compile_failed.get(), 3);
+    assert_eq!(rt.counters.get(Counter::CompileFailed), 3);
     // The same bytes compile once.
     let ok = module("", "", "i32.const 0");
     let a = rt.compile(&ok).expect("compiles");
@@ -471,9 +482,9 @@ fn an_applet_that_keeps_faulting_is_quarantined() {
         run(without_cookie()),
         Verdict::Origin(Reason::Quarantined)
     ));
-    assert_eq!(rt.counters.quarantines.get(), 1);
-    assert_eq!(rt.counters.quarantined.get(), 1);
-    assert_eq!(rt.counters.runs.get(), 4);
+    assert_eq!(rt.counters.get(Counter::Quarantines), 1);
+    assert_eq!(rt.counters.get(Counter::Quarantined), 1);
+    assert_eq!(rt.counters.get(Counter::Runs), 4);
     // Other modules are not affected.
     assert!(matches!(
         rt.run(
@@ -545,13 +556,13 @@ fn instances_made_ahead_are_fresh_and_used_once() {
     for i in 0..5 {
         run_holding_nothing(&rt, &applet, i);
     }
-    assert_eq!(rt.counters.made_ahead.get(), 4);
+    assert_eq!(rt.counters.get(Counter::MadeAhead), 4);
     // A run whose store is simply dropped takes the one made ahead and leaves none.
     assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
     assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
-    assert_eq!(rt.counters.made_ahead.get(), 5);
-    assert_eq!(rt.counters.invalid.get(), 0);
-    assert_eq!(rt.counters.rewound.get(), 0);
+    assert_eq!(rt.counters.get(Counter::MadeAhead), 5);
+    assert_eq!(rt.counters.get(Counter::Invalid), 0);
+    assert_eq!(rt.counters.get(Counter::Rewound), 0);
 }
 
 /// The same marking module, rewindable: after each run its instance is rewound and kept, the next
@@ -574,9 +585,9 @@ fn a_rewound_instance_starts_as_a_fresh_one() {
     }
     // Dropping what the run hands back changes nothing: the instance was kept already.
     assert!(matches!(run(&rt, &wasm, inv(b"doc")), Verdict::Cached));
-    assert_eq!(rt.counters.made_ahead.get(), 5);
-    assert_eq!(rt.counters.rewound.get(), 6);
-    assert_eq!(rt.counters.invalid.get(), 0);
+    assert_eq!(rt.counters.get(Counter::MadeAhead), 5);
+    assert_eq!(rt.counters.get(Counter::Rewound), 6);
+    assert_eq!(rt.counters.get(Counter::Invalid), 0);
 }
 
 /// Every way an applet can write its memory or globals, and the host's own writes, undone: each
@@ -655,8 +666,8 @@ fn rewinding_undoes_every_kind_of_write() {
         rt.replenish(&applet, spent);
         assert_eq!(applet.ready_as_made(), (1, true), "run {i}");
     }
-    assert_eq!(rt.counters.rewound.get(), 10);
-    assert_eq!(rt.counters.made_ahead.get(), 9);
+    assert_eq!(rt.counters.get(Counter::Rewound), 10);
+    assert_eq!(rt.counters.get(Counter::MadeAhead), 9);
 
     // Runs that grow their memory, trap, or return an invalid code are not rewound.
     for (body, fault) in [
@@ -677,7 +688,7 @@ fn rewinding_undoes_every_kind_of_write() {
             "{body}: {verdict:?}"
         );
         rt.replenish(&applet, spent);
-        assert_eq!(rt.counters.rewound.get(), 0, "{body}");
+        assert_eq!(rt.counters.get(Counter::Rewound), 0, "{body}");
         // What is ready now was made ahead, fresh.
         assert_eq!(applet.ready_as_made(), (1, true), "{body}");
     }
@@ -706,7 +717,7 @@ fn a_module_with_a_start_function_is_instantiated_at_its_hit() {
         assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
         rt.replenish(&applet, spent);
     }
-    assert_eq!(rt.counters.made_ahead.get(), 0);
+    assert_eq!(rt.counters.get(Counter::MadeAhead), 0);
 }
 
 /// Instances made ahead hold at most a quarter of the pool (8 here: 2), one per module; a
@@ -728,7 +739,7 @@ fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
         }
     }
     // The first module's second run found one; so did the second's; the third found none.
-    assert_eq!(rt.counters.made_ahead.get(), 2);
+    assert_eq!(rt.counters.get(Counter::MadeAhead), 2);
     let trap = rt
         .compile(&module("", "t", "unreachable"))
         .expect("compiles");
@@ -741,7 +752,7 @@ fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
             Verdict::Cached
         ));
     }
-    assert_eq!(rt.counters.made_ahead.get(), 4);
+    assert_eq!(rt.counters.get(Counter::MadeAhead), 4);
 }
 
 /// One write of the property below: which instruction, where, and how many bytes for the bulk
@@ -816,7 +827,26 @@ proptest::proptest! {
         let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
         proptest::prop_assert!(matches!(verdict, Verdict::Cached), "{:?}", verdict);
         rt.replenish(&applet, spent);
-        proptest::prop_assert_eq!(rt.counters.rewound.get(), 1);
+        proptest::prop_assert_eq!(rt.counters.get(Counter::Rewound), 1);
         proptest::prop_assert_eq!(applet.ready_as_made(), (1, true));
     }
+}
+
+/// Counts made on more threads than there are slots add up to the totals, counter by counter.
+#[test]
+fn counts_from_many_threads_add_up() {
+    let c = crate::Counters::default();
+    std::thread::scope(|s| {
+        for _ in 0..11 {
+            s.spawn(|| {
+                for _ in 0..1000 {
+                    c.add(Counter::Cached, 1);
+                    c.add(Counter::Runs, 2);
+                }
+            });
+        }
+    });
+    assert_eq!(c.get(Counter::Cached), 11_000);
+    assert_eq!(c.get(Counter::Runs), 22_000);
+    assert_eq!(c.get(Counter::Built), 0);
 }

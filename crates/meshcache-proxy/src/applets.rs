@@ -28,7 +28,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use meshcache_applet::header::{self as applet_header, Attachment};
 use meshcache_applet::{
-    Applet, AppletConfig, Built, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
+    Applet, AppletConfig, Built, Counter, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
 };
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
@@ -329,26 +329,26 @@ impl Active {
         let l = &self.runtime.logs.counters;
         let g = |a: &AtomicU64| a.load(Relaxed);
         serde_json::json!({
-            "runs": c.runs.get(),
-            "cached": c.cached.get(),
-            "built": c.built.get(),
-            "asked_origin": c.asked_origin.get(),
-            "traps": c.traps.get(),
-            "timeouts": c.timeouts.get(),
-            "memory_overruns": c.memory.get(),
-            "output_overruns": c.output.get(),
-            "invalid_results": c.invalid.get(),
-            "instantiate_failures": c.instantiate.get(),
-            "made_ahead": c.made_ahead.get(),
-            "rewound": c.rewound.get(),
+            "runs": c.get(Counter::Runs),
+            "cached": c.get(Counter::Cached),
+            "built": c.get(Counter::Built),
+            "asked_origin": c.get(Counter::AskedOrigin),
+            "traps": c.get(Counter::Traps),
+            "timeouts": c.get(Counter::Timeouts),
+            "memory_overruns": c.get(Counter::Memory),
+            "output_overruns": c.get(Counter::Output),
+            "invalid_results": c.get(Counter::Invalid),
+            "instantiate_failures": c.get(Counter::Instantiate),
+            "made_ahead": c.get(Counter::MadeAhead),
+            "rewound": c.get(Counter::Rewound),
             "ready_ahead": self.runtime.ready_ahead(),
             "ticker_sleeps": self.runtime.ticker_sleeps(),
-            "quarantined": c.quarantined.get(),
-            "quarantines": c.quarantines.get(),
-            "kv_rejected": c.kv_rejected.get(),
-            "run_micros": c.run_nanos.get() / 1000,
-            "modules_compiled": c.compiled.get(),
-            "module_compile_failures": c.compile_failed.get(),
+            "quarantined": c.get(Counter::Quarantined),
+            "quarantines": c.get(Counter::Quarantines),
+            "kv_rejected": c.get(Counter::KvRejected),
+            "run_micros": c.get(Counter::RunNanos) / 1000,
+            "modules_compiled": c.get(Counter::Compiled),
+            "module_compile_failures": c.get(Counter::CompileFailed),
             "module_fetches": g(&p.module_fetches),
             "module_unavailable": g(&p.module_unavailable),
             "refused_headers": g(&p.refused),
