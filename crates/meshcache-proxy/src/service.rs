@@ -393,7 +393,8 @@ async fn serve_hit(
     let client = txn.client();
     let gate = match applets::on_hit(shared, &mut parts, &target.url, client, object) {
         Some(gate) => gate,
-        // Boxed: fetching a module is a large future, made only on a document's first hits.
+        // Boxed: fetching a module is a large future, made only when the module must be
+        // fetched (a document's first hits, and once its TTL has passed) or has failed to be.
         None => {
             Box::pin(applets::on_hit_fetching(
                 shared,
