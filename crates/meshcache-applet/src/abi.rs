@@ -31,7 +31,7 @@
 //! | `log` | `(ptr, len) -> 0 \| -1` | appends a record to the log object sent to the origin |
 //! | `ed25519_verify` | `(public_key, signature, msg, msg_len) -> 1 \| 0` | RFC 8032 signature check (32-byte key, 64-byte signature) |
 //!
-//! `-1` from a writing function means a bound was reached ([`crate::Limits`]); the run may go
+//! `-1` from a writing function means a bound was reached (the bounds of [`crate::AppletConfig`]); the run may go
 //! on, but what it asked for did not happen. Overrunning the output bound also ends the run's
 //! chance to serve a built response: its outcome becomes "to the origin".
 

@@ -6,12 +6,12 @@
 //! ([`wasmtime::InstancePre`]) instantiated from the pooling allocator (no `mmap` per call);
 //! `run` is called under an epoch
 //! deadline (a ticker thread advances the engine's epoch every [`TICK`] while runs come, see
-//! [`crate::ticker`]); the result, the
+//! `ticker.rs`); the result, the
 //! built response and the run's key/value writes and log records are kept only if it returned
 //! normally with a valid code. Everything else is [`Verdict::Origin`] with the reason counted.
 //!
 //! Instances rewound: instantiating and releasing an instance (resetting its memory) are most of
-//! a short run's cost. A module that qualifies is compiled instrumented ([`crate::rewind`]): it
+//! a short run's cost. A module that qualifies is compiled instrumented (`rewind.rs`): it
 //! records which pages of its memory it writes, so that after a run that completed normally its
 //! instance is put back exactly as instantiation left it (those pages copied back from the
 //! image, its mutable globals reset) and kept for the applet's next hit. Each run therefore
@@ -320,7 +320,7 @@ pub enum Counter {
     Built,
     /// Runs that asked for the origin.
     AskedOrigin,
-    /// Total run time, nanoseconds, estimated: one run in [`TIMED_ONE_IN`] is timed, counting
+    /// Total run time, nanoseconds, estimated: one run in 16 is timed, counting
     /// for that many (reading the clock twice cost a `null` applet's run about a tenth of its
     /// time).
     RunNanos,
@@ -352,7 +352,7 @@ pub enum Counter {
 const COUNTERS: usize = Counter::CompileFailed as usize + 1;
 
 /// Counters of what runs did; the proxy's metrics read them. Each thread counts in a block of
-/// its own (see [`crate::shard`]), all counters together, so that what one run counts (the run,
+/// its own (`shard.rs`), all counters together, so that what one run counts (the run,
 /// its instance found ready, its verdict, its rewind: the first four) is on one cache line.
 #[derive(Debug, Default)]
 pub struct Counters(Sharded<[AtomicU64; COUNTERS]>);
@@ -544,7 +544,7 @@ impl Runtime {
         self.warm.load(Relaxed)
     }
 
-    /// Times the epoch ticker went to sleep after a quiet spell (see [`crate::ticker`]).
+    /// Times the epoch ticker went to sleep after a quiet spell (see `ticker.rs`).
     pub fn ticker_sleeps(&self) -> u64 {
         self.ticker.sleeps()
     }

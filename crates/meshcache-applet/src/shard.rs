@@ -5,8 +5,8 @@
 //! run wrote about ten of them (counters, the ticker's count, the ready list's lock). On two
 //! cores running the same applet that made each run take 540 ns instead of 340
 //! (`cargo bench -p meshcache-applet -- "on every core"`). Each thread now writes its own slot,
-//! on a cache line of its own; readers, which are rare (`/stats`, the ticker every tick), add
-//! the slots up.
+//! which starts a cache line and shares none with another slot; readers, which are rare
+//! (`/stats`, the ticker every tick), add the slots up.
 //!
 //! Threads get slots in the order they first ask, wrapping after [`SHARDS`]: a proxy's worker
 //! threads (one per core) each get their own up to that many cores; beyond it, threads share
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Slots per sharded value.
 pub(crate) const SHARDS: usize = 8;
 
-/// A value alone on its cache line (128 bytes: some cores fetch lines in pairs).
+/// A value on cache lines of its own (aligned to 128 bytes: some cores fetch lines in pairs).
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct Padded<T>(pub T);
@@ -46,7 +46,7 @@ pub(crate) fn mine() -> usize {
     })
 }
 
-/// One slot per thread group, each on its own line.
+/// One slot per thread group, each on lines of its own.
 #[derive(Debug)]
 pub(crate) struct Sharded<T>([Padded<T>; SHARDS]);
 
@@ -67,7 +67,8 @@ impl<T> Sharded<T> {
         self.at(mine())
     }
 
-    /// Every slot, the calling thread's first: where to look for something any slot may hold.
+    /// Every slot, from slot `first` on (wrapping): where to look for something any slot may
+    /// hold, one's own first.
     pub fn from(&self, first: usize) -> impl Iterator<Item = &T> {
         (0..SHARDS).map(move |k| self.at(first + k))
     }
