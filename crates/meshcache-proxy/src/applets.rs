@@ -397,13 +397,18 @@ impl Items for CacheItems {
             .freshness
             .usability(&directives, std::time::SystemTime::now())
         {
-            Usability::Fresh | Usability::StaleAllowed => Some(Item {
-                status: o.status,
-                headers: o.headers.clone(),
-                body: o.body.clone(),
-            }),
+            Usability::Fresh | Usability::StaleAllowed => Some(item_of(o)),
             _ => None,
         }
+    }
+}
+
+/// A stored object as an applet sees it: its status, headers and body, shared with the cache.
+fn item_of(o: &CachedObject) -> Item {
+    Item {
+        status: o.status,
+        headers: o.headers.clone(),
+        body: o.body.clone(),
     }
 }
 
@@ -495,11 +500,7 @@ fn run(
         origin: attached.origin.clone(),
         headers: headers.clone(),
         client,
-        document: Item {
-            status: object.status,
-            headers: object.headers.clone(),
-            body: object.body.clone(),
-        },
+        document: item_of(object),
         log_to: attached.log_to.clone(),
     };
     let items = active
