@@ -33,7 +33,7 @@ fn invocation(body: Bytes) -> Invocation {
         method: Method::GET,
         url: "http://o.test/doc".into(),
         origin: "http://o.test".into(),
-        headers: Arc::new(headers),
+        headers,
         client: IpAddr::V4(Ipv4Addr::LOCALHOST),
         document: Item {
             status: StatusCode::OK,

@@ -5,16 +5,17 @@
 //! so its result cannot be served.
 
 use std::borrow::Cow;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use parking_lot::Mutex;
 use wasmtime::{Caller, Linker, Memory, ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 
 use crate::abi::{self, Input};
 use crate::config::AppletConfig;
-use crate::runtime::{Built, Invocation, Item, Items};
+use crate::runtime::{Built, Hit, Item, Items};
 use crate::state::{KvStore, KvStores, KvWrites, MAX_KEY};
 
 /// The most objects one run may open (the document included).
@@ -25,6 +26,8 @@ const MAX_HEADERS: usize = 64;
 const MAX_HEADER_BYTES: usize = 8 << 10;
 /// The longest `item_find` needle whose searcher is kept from one call (and run) to the next.
 const MAX_KEPT_NEEDLE: usize = 256;
+/// The largest URL buffer an instance keeps for its next run (a longer URL's is let go).
+const KEEP_URL: usize = 4 << 10;
 
 type Fault = wasmtime::Error;
 
@@ -118,21 +121,34 @@ impl Output {
 
 /// What a finished run produced, out of its state.
 pub(crate) struct Ended {
-    /// The run's invocation (none for an instance no hit ran in).
-    pub inv: Option<Invocation>,
-    /// The origin's store, if the run looked it up.
+    /// The origin's store, if the run has writes for it.
     pub kv: Option<Arc<Mutex<KvStore>>>,
+    /// Where its log records go, if it has any.
+    pub log_to: Option<Arc<str>>,
     pub output: Option<Output>,
     pub kv_writes: KvWrites,
     pub log: Vec<Bytes>,
 }
 
+/// The hit a state runs for. It stays with the state from one run to the next, so that a run
+/// reuses the last one's URL buffer and, for the same document, its names of the origin and log
+/// destination; between runs it holds neither request headers nor a document.
+pub(crate) struct Current {
+    pub method: Method,
+    pub url: String,
+    pub origin: Arc<str>,
+    pub headers: HeaderMap,
+    pub client: IpAddr,
+    pub document: Option<Item>,
+    pub log_to: Arc<str>,
+}
+
 /// Everything one run owns: its inputs, its bounds, what it built, what it wants to keep.
 pub(crate) struct RunState {
-    /// The hit being answered, and where it opens items; none between runs. (A placeholder
-    /// shared by all idle states, cloned in at each run's end, cost every run ten reference
-    /// count updates.)
-    inv: Option<Invocation>,
+    /// The hit being answered (read only while `live`), and where it opens items (kept
+    /// between runs, like the hit's names).
+    hit: Current,
+    live: bool,
     items: Option<Arc<dyn Items>>,
     kv_stores: Arc<KvStores>,
     verified: Arc<VerifyMemo>,
@@ -161,16 +177,20 @@ pub(crate) struct RunState {
 }
 
 impl RunState {
-    pub fn new(
-        inv: Option<Invocation>,
-        items: Option<Arc<dyn Items>>,
-        kv_stores: Arc<KvStores>,
-        verified: Arc<VerifyMemo>,
-        config: &AppletConfig,
-    ) -> Self {
+    pub fn new(kv_stores: Arc<KvStores>, verified: Arc<VerifyMemo>, config: &AppletConfig) -> Self {
+        let none: Arc<str> = Arc::from("");
         RunState {
-            inv,
-            items,
+            hit: Current {
+                method: Method::GET,
+                url: String::new(),
+                origin: none.clone(),
+                headers: HeaderMap::new(),
+                client: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                document: None,
+                log_to: none,
+            },
+            live: false,
+            items: None,
             kv_stores,
             verified,
             kv: None,
@@ -192,14 +212,30 @@ impl RunState {
         }
     }
 
-    /// Gives a state kept ready (made ahead, or left by an earlier run and ended) the hit's
-    /// invocation, and the run's bounds afresh.
-    pub fn begin(&mut self, inv: Invocation, items: Arc<dyn Items>) {
-        if self.kv.as_ref().is_some_and(|(o, _)| *o != inv.origin) {
-            self.kv = None;
+    /// Gives a state (new, or left by an earlier run and ended) the hit, and the run's bounds
+    /// afresh. The hit's headers are moved in; what it returns is where [`end`](Self::end)
+    /// puts them back.
+    pub fn begin<'a>(&mut self, hit: Hit<'a>, items: &Arc<dyn Items>) -> &'a mut HeaderMap {
+        let now = &mut self.hit;
+        if !Arc::ptr_eq(&now.origin, hit.origin) {
+            if self.kv.as_ref().is_some_and(|(o, _)| o != hit.origin) {
+                self.kv = None;
+            }
+            now.origin = hit.origin.clone();
         }
-        self.inv = Some(inv);
-        self.items = Some(items);
+        if !Arc::ptr_eq(&now.log_to, hit.log_to) {
+            now.log_to = hit.log_to.clone();
+        }
+        now.method.clone_from(hit.method);
+        now.url.clear();
+        now.url.push_str(hit.url);
+        std::mem::swap(&mut now.headers, hit.headers);
+        now.client = hit.client;
+        now.document = Some(hit.document);
+        if !self.items.as_ref().is_some_and(|i| Arc::ptr_eq(i, items)) {
+            self.items = Some(items.clone());
+        }
+        self.live = true;
         self.open.clear();
         self.output = None;
         self.output_overrun = false;
@@ -208,6 +244,7 @@ impl RunState {
         self.kv_writes.clear();
         self.log.clear();
         self.log_left = self.log_per_run;
+        hit.headers
     }
 
     /// Adds the pages the applet marked in its run to those the host wrote.
@@ -221,19 +258,35 @@ impl RunState {
         std::mem::take(&mut self.dirty)
     }
 
-    /// Takes what a finished run produced out of its state, and lets go of the invocation and
-    /// of everything it opened (the caller may want the request's headers back at once; the
-    /// store itself may be released later).
-    pub fn end(&mut self) -> Ended {
-        self.items = None;
+    /// Takes what a finished run produced out of its state, puts the request's headers back
+    /// where [`begin`](Self::begin) took them, and lets go of the document and of everything the
+    /// run opened (the store itself may be released later).
+    pub fn end(&mut self, headers: &mut HeaderMap) -> Ended {
+        let kv = match self.kv_writes.is_empty() {
+            true => None,
+            false => self.kv(),
+        };
+        let log_to = (!self.log.is_empty()).then(|| self.hit.log_to.clone());
+        let now = &mut self.hit;
+        std::mem::swap(&mut now.headers, headers);
+        now.document = None;
+        if now.url.capacity() > KEEP_URL {
+            now.url = String::new();
+        }
+        self.live = false;
         self.open.clear();
         Ended {
-            kv: self.kv.as_ref().map(|(_, kv)| kv.clone()),
-            inv: self.inv.take(),
+            kv,
+            log_to,
             output: self.output.take(),
             kv_writes: std::mem::take(&mut self.kv_writes),
             log: std::mem::take(&mut self.log),
         }
+    }
+
+    /// The hit being answered; none outside a run.
+    fn hit(&self) -> Option<&Current> {
+        self.live.then_some(&self.hit)
     }
 
     /// The origin's store (none outside a run).
@@ -241,7 +294,7 @@ impl RunState {
         if let Some((_, kv)) = &self.kv {
             return Some(kv.clone());
         }
-        let origin = self.inv.as_ref()?.origin.clone();
+        let origin = self.hit()?.origin.clone();
         let kv = self.kv_stores.of(&origin);
         self.kv = Some((origin, kv.clone()));
         Some(kv)
@@ -362,14 +415,20 @@ fn header_lines<'a>(headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderVal
     s
 }
 
-fn input_bytes(inv: &Invocation, which: Input) -> Vec<u8> {
+fn input_bytes(inv: &Current, which: Input) -> Vec<u8> {
     match which {
         Input::Method => inv.method.as_str().as_bytes().to_vec(),
         Input::Url => inv.url.as_bytes().to_vec(),
         Input::RequestHeaders => header_lines(inv.headers.iter()),
         Input::ClientAddr => inv.client.to_string().into_bytes(),
-        Input::Status => inv.document.status.as_str().as_bytes().to_vec(),
-        Input::DocumentHeaders => header_lines(inv.document.headers.iter().map(|(n, v)| (n, v))),
+        Input::Status => match &inv.document {
+            Some(d) => d.status.as_str().as_bytes().to_vec(),
+            None => Vec::new(),
+        },
+        Input::DocumentHeaders => match &inv.document {
+            Some(d) => header_lines(d.headers.iter().map(|(n, v)| (n, v))),
+            None => Vec::new(),
+        },
     }
 }
 
@@ -410,7 +469,7 @@ fn same_origin(origin: &str, reference: &str) -> Option<String> {
 
 fn item(state: &RunState, handle: i32) -> Option<&Item> {
     match usize::try_from(handle).ok()? {
-        0 => state.inv.as_ref().map(|i| &i.document),
+        0 => state.hit()?.document.as_ref(),
         h => state.open.get(h - 1),
     }
 }
@@ -422,7 +481,7 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         m,
         "input",
         |mut c: Caller<'_, RunState>, which: i32, out: i32, cap: i32| -> wasmtime::Result<i32> {
-            let (Some(which), Some(inv)) = (Input::from_code(which), &c.data().inv) else {
+            let (Some(which), Some(inv)) = (Input::from_code(which), c.data().hit()) else {
                 return Ok(-1);
             };
             let bytes = input_bytes(inv, which);
@@ -437,13 +496,18 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             let mem = memory(&c)?;
             let (data, state) = mem.data_and_store_mut(&mut c);
             let name = &data[range(data.len(), name, len)?];
-            let Some(headers) = state.inv.as_ref().map(|i| i.headers.clone()) else {
+            if !state.live {
                 return Ok(-1);
-            };
-            match joined(headers.iter(), name) {
+            }
+            // Out of the state while the value is copied (a move, not a copy), and back
+            // whatever the copy's outcome: the request gets them back at the run's end.
+            let headers = std::mem::take(&mut state.hit.headers);
+            let given = match joined(headers.iter(), name) {
                 Some(v) => give_into(data, state, &v, out, cap),
                 None => Ok(-1),
-            }
+            };
+            state.hit.headers = headers;
+            given
         },
     )?;
     linker.func_wrap(m, "now_ms", |_: Caller<'_, RunState>| -> i64 {
@@ -463,7 +527,7 @@ pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
             let Ok(url) = std::str::from_utf8(&url) else {
                 return Ok(-1);
             };
-            let (Some(inv), Some(items)) = (&state.inv, &state.items) else {
+            let (Some(inv), Some(items)) = (state.hit(), &state.items) else {
                 return Ok(-1);
             };
             let Some(abs) = same_origin(&inv.origin, url) else {
@@ -775,32 +839,29 @@ mod tests {
     }
 
     fn state_over(body: &'static [u8]) -> RunState {
-        let inv = Invocation {
-            method: http::Method::GET,
-            url: "http://o.test/doc".into(),
-            origin: Arc::from("http://o.test"),
-            headers: Arc::new(http::HeaderMap::new()),
-            client: std::net::IpAddr::from([127, 0, 0, 1]),
-            document: Item {
-                status: StatusCode::OK,
-                headers: Arc::from(Vec::new()),
-                body: Bytes::from_static(body),
-            },
-            log_to: Arc::from("http://o.test/log"),
-        };
         struct Nothing;
         impl Items for Nothing {
             fn open(&self, _url: &str, _request: &http::HeaderMap) -> Option<Item> {
                 None
             }
         }
-        RunState::new(
-            Some(inv),
-            Some(Arc::new(Nothing)),
-            Arc::default(),
-            Arc::default(),
-            &AppletConfig::default(),
-        )
+        let mut state = RunState::new(Arc::default(), Arc::default(), &AppletConfig::default());
+        let hit = Hit {
+            method: &http::Method::GET,
+            url: "http://o.test/doc",
+            origin: &Arc::from("http://o.test"),
+            headers: &mut http::HeaderMap::new(),
+            client: std::net::IpAddr::from([127, 0, 0, 1]),
+            document: Item {
+                status: StatusCode::OK,
+                headers: Arc::from(Vec::new()),
+                body: Bytes::from_static(body),
+            },
+            log_to: &Arc::from("http://o.test/log"),
+        };
+        let items: Arc<dyn Items> = Arc::new(Nothing);
+        state.begin(hit, &items);
+        state
     }
 
     proptest::proptest! {

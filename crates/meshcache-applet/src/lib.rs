@@ -32,7 +32,7 @@ mod ticker;
 
 pub use config::{AppletConfig, Binding};
 pub use runtime::{
-    Applet, Built, Counter, Counters, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
+    Applet, Built, Counter, Counters, Hit, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
 };
 
 /// What can go wrong building the runtime or loading a module.

@@ -77,7 +77,8 @@ pub trait Items: Send + Sync {
     fn open(&self, url: &str, request: &HeaderMap) -> Option<Item>;
 }
 
-/// One hit to run an applet for: what the origin would have seen, and the stored document.
+/// One hit to run an applet for: what the origin would have seen, and the stored document
+/// (owned; [`Hit`] is the same lent by a caller who keeps it).
 #[derive(Clone, Debug)]
 pub struct Invocation {
     /// Request method.
@@ -86,15 +87,38 @@ pub struct Invocation {
     pub url: String,
     /// The document's origin, `http://host[:port]` (the applet's sandbox).
     pub origin: Arc<str>,
-    /// Request headers as the client sent them (cookies included), shared with the caller
-    /// (who may take them back with [`Arc::try_unwrap`] once the run is over).
-    pub headers: Arc<HeaderMap>,
+    /// Request headers as the client sent them (cookies included).
+    pub headers: HeaderMap,
     /// Client address.
     pub client: IpAddr,
     /// The cached document.
     pub document: Item,
     /// Where the run's log records go.
     pub log_to: Arc<str>,
+}
+
+/// One hit to run an applet for, as [`Invocation`], lent by a caller who still needs the
+/// request: the run borrows the headers (moved in and put back, never copied) and copies the
+/// URL into a buffer its instance keeps. The origin's and log destination's names are cloned
+/// only when they differ from the last run's in the same instance, so the hits of one
+/// document touch no shared reference count for them.
+#[derive(Debug)]
+pub struct Hit<'a> {
+    /// Request method.
+    pub method: &'a Method,
+    /// Absolute request URL.
+    pub url: &'a str,
+    /// The document's origin, `http://host[:port]` (the applet's sandbox).
+    pub origin: &'a Arc<str>,
+    /// Request headers as the client sent them (cookies included); as they were when the
+    /// run returns.
+    pub headers: &'a mut HeaderMap,
+    /// Client address.
+    pub client: IpAddr,
+    /// The cached document.
+    pub document: Item,
+    /// Where the run's log records go.
+    pub log_to: &'a Arc<str>,
 }
 
 /// A response an applet built.
@@ -561,7 +585,25 @@ impl Runtime {
 
     /// Runs `applet` for one hit. Blocks for at most the CPU budget (plus a tick).
     pub fn run(&self, applet: &Applet, inv: Invocation, items: Arc<dyn Items>) -> Verdict {
-        self.run_deferred(applet, inv, items).0
+        let Invocation {
+            method,
+            url,
+            origin,
+            mut headers,
+            client,
+            document,
+            log_to,
+        } = inv;
+        let hit = Hit {
+            method: &method,
+            url: &url,
+            origin: &origin,
+            headers: &mut headers,
+            client,
+            document,
+            log_to: &log_to,
+        };
+        self.run_deferred(applet, hit, &items).0
     }
 
     /// Runs `applet` for one hit, as [`run`](Self::run), and hands back the spent store: pass
@@ -569,8 +611,8 @@ impl Runtime {
     pub fn run_deferred(
         &self,
         applet: &Applet,
-        inv: Invocation,
-        items: Arc<dyn Items>,
+        hit: Hit<'_>,
+        items: &Arc<dyn Items>,
     ) -> (Verdict, Spent) {
         let mine = shard::mine();
         let until = applet.quarantined_until.load(Relaxed);
@@ -580,28 +622,33 @@ impl Runtime {
         }
         let started =
             (self.counters.bump_mine(Counter::Runs) % TIMED_ONE_IN == 0).then(Instant::now);
-        let ticks = self.deadline_ticks(inv.document.body.len());
+        let ticks = self.deadline_ticks(hit.document.body.len());
         let running = self.ticker.running();
-        let mut warm = match applet.ready(mine) {
+        let (mut warm, lent) = match applet.ready(mine) {
             Some(mut warm) => {
                 self.counters.add(Counter::MadeAhead, 1);
-                warm.store.data_mut().begin(inv, items);
+                let lent = warm.store.data_mut().begin(hit, items);
                 warm.store.set_epoch_deadline(ticks);
-                warm
+                (warm, lent)
             }
             None => {
-                let mut store = self.new_store(Some(inv), Some(items));
+                // The hit is the state's before instantiating: a start function runs then.
+                let mut store = self.new_store();
+                let lent = store.data_mut().begin(hit, items);
                 store.set_epoch_deadline(ticks);
                 match self.instantiate(applet, &mut store) {
-                    Ok((entry, rewind)) => Box::new(Warm {
-                        store,
-                        entry,
-                        rewind,
-                        counted: None,
-                    }),
+                    Ok((entry, rewind)) => {
+                        let warm = Warm {
+                            store,
+                            entry,
+                            rewind,
+                            counted: None,
+                        };
+                        (Box::new(warm), lent)
+                    }
                     Err(reason) => {
                         drop(running);
-                        drop(store.data_mut().end());
+                        drop(store.data_mut().end(lent));
                         let verdict = Verdict::Origin(reason);
                         return self.finish(applet, verdict, Spent(Some(store), mine), started);
                     }
@@ -611,24 +658,22 @@ impl Runtime {
         let called = self.call(&mut warm);
         drop(running);
         let Ended {
-            inv,
             kv,
+            log_to,
             output,
             kv_writes,
             log,
-        } = warm.store.data_mut().end();
+        } = warm.store.data_mut().end(lent);
         let verdict = match called {
             Ok(outcome) => {
                 // A normal completion: its writes and log records are kept, whatever it chose.
-                // (A run always has its invocation back here: it was given one to begin.)
-                if !kv_writes.is_empty() {
-                    let kv = kv.or_else(|| inv.as_ref().map(|i| self.kv.of(&i.origin)));
-                    if !kv.is_some_and(|kv| kv.lock().commit(kv_writes, self.config.kv_max)) {
-                        self.counters.add(Counter::KvRejected, 1);
-                    }
+                if !kv_writes.is_empty()
+                    && !kv.is_some_and(|kv| kv.lock().commit(kv_writes, self.config.kv_max))
+                {
+                    self.counters.add(Counter::KvRejected, 1);
                 }
-                if let (false, Some(inv)) = (log.is_empty(), &inv) {
-                    self.logs.push(&inv.log_to, log);
+                if let Some(log_to) = log_to {
+                    self.logs.push(&log_to, log);
                 }
                 match (outcome, output) {
                     (Outcome::Built, Some(out)) => Verdict::Built(out.finish()),
@@ -638,7 +683,6 @@ impl Runtime {
             }
             Err(reason) => Verdict::Origin(reason),
         };
-        drop(inv);
         let spent = if completed(&verdict) && warm.rewind.is_some() {
             self.keep_rewound(applet, warm, mine)
         } else {
@@ -724,7 +768,7 @@ impl Runtime {
         {
             return;
         }
-        let mut store = self.new_store(None, None);
+        let mut store = self.new_store();
         // Instantiating runs no code of a module without a start function; the deadline is
         // there in case that ever changes. Each run sets its own.
         store.set_epoch_deadline(self.deadline_ticks(0));
@@ -776,15 +820,9 @@ impl Runtime {
         budget.as_micros().div_ceil(TICK.as_micros()) as u64 + 1
     }
 
-    /// A fresh store for one run, or (with no invocation) for an instance made ahead.
-    fn new_store(&self, inv: Option<Invocation>, items: Option<Arc<dyn Items>>) -> Store<RunState> {
-        let state = RunState::new(
-            inv,
-            items,
-            self.kv.clone(),
-            self.verified.clone(),
-            &self.config,
-        );
+    /// A fresh store, for an instance to run in now or to keep ready.
+    fn new_store(&self) -> Store<RunState> {
+        let state = RunState::new(self.kv.clone(), self.verified.clone(), &self.config);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         // A run past its deadline traps (each run sets its deadline).

@@ -9,7 +9,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use crate::{
-    AppletConfig, AppletError, Counter, Invocation, Item, Items, Reason, Runtime, Verdict,
+    Applet, AppletConfig, AppletError, Counter, Hit, Invocation, Item, Items, Reason, Runtime,
+    Spent, Verdict,
 };
 
 struct NoItems;
@@ -37,7 +38,7 @@ fn inv(body: &'static [u8]) -> Invocation {
         method: Method::GET,
         url: "http://o.test/doc".into(),
         origin: "http://o.test".into(),
-        headers: Arc::new(headers),
+        headers,
         client: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)),
         document: Item {
             status: StatusCode::OK,
@@ -69,6 +70,32 @@ fn runtime() -> Runtime {
         ..AppletConfig::default()
     })
     .expect("runtime starts")
+}
+
+/// Runs `applet` for `inv` as the proxy does, lending the request's headers: the verdict, the
+/// spent store and the headers as the run gave them back.
+fn run_lent(rt: &Runtime, applet: &Applet, inv: Invocation) -> (Verdict, Spent, HeaderMap) {
+    let Invocation {
+        method,
+        url,
+        origin,
+        mut headers,
+        client,
+        document,
+        log_to,
+    } = inv;
+    let hit = Hit {
+        method: &method,
+        url: &url,
+        origin: &origin,
+        headers: &mut headers,
+        client,
+        document,
+        log_to: &log_to,
+    };
+    let items: Arc<dyn Items> = Arc::new(NoItems);
+    let (verdict, spent) = rt.run_deferred(applet, hit, &items);
+    (verdict, spent, headers)
 }
 
 fn run(rt: &Runtime, wasm: &[u8], inv: Invocation) -> Verdict {
@@ -310,33 +337,72 @@ fn a_kept_instance_uses_the_store_of_each_runs_origin() {
          i32.const 1",
     );
     let applet = rt.compile(&wasm).expect("compiles");
-    let at = |origin: &str, path: &str| {
+    // The origins' names are shared between runs, as the proxy shares a document's; the last
+    // run's is another copy of a name already seen.
+    let (a, b) = (Arc::from("http://a.test"), Arc::from("http://b.test"));
+    let at = |origin: &Arc<str>, path: &str| {
         let mut i = inv(b"");
-        i.origin = Arc::from(origin);
+        i.origin = origin.clone();
         i.url = format!("{origin}{path}");
         i
     };
     let mut bodies = Vec::new();
     for (origin, path) in [
-        ("http://a.test", "/1"),
-        ("http://b.test", "/2"),
-        ("http://b.test", "/3"),
-        ("http://a.test", "/4"),
+        (&a, "/1"),
+        (&b, "/2"),
+        (&b, "/3"),
+        (&a, "/4"),
+        (&Arc::from("http://a.test"), "/5"),
     ] {
         let Verdict::Built(b) = rt.run(&applet, at(origin, path), Arc::new(NoItems)) else {
             panic!("expected a built response");
         };
         bodies.push(String::from_utf8(b.body().to_vec()).expect("text"));
     }
-    assert_eq!(bodies, ["", "", "http://b.test/2", "http://a.test/1"]);
+    assert_eq!(
+        bodies,
+        [
+            "",
+            "",
+            "http://b.test/2",
+            "http://a.test/1",
+            "http://a.test/4"
+        ]
+    );
     assert!(
-        rt.counters.get(Counter::Rewound) >= 3,
+        rt.counters.get(Counter::Rewound) >= 4,
         "the instance was kept"
     );
     assert_eq!(
         rt.kv_bytes("http://a.test"),
-        1 + "http://a.test/4".len() as u64
+        1 + "http://a.test/5".len() as u64
     );
+}
+
+#[test]
+fn the_request_headers_come_back_whatever_the_run_does() {
+    let rt = runtime();
+    for body in [
+        "i32.const 0",
+        "unreachable",
+        "(drop (call $rh (i32.const 0) (i32.const 6) (i32.const 100) (i32.const 100))) i32.const 0",
+        // A header copied past the end of memory traps in the host function, holding them.
+        "(drop (call $rh (i32.const 0) (i32.const 6) (i32.const 70000) (i32.const 100))) i32.const 0",
+    ] {
+        let wasm = module(
+            r#"(import "meshcache" "request_header" (func $rh (param i32 i32 i32 i32) (result i32)))"#,
+            "cookie",
+            body,
+        );
+        let applet = rt.compile(&wasm).expect("compiles");
+        let sent = inv(b"").headers;
+        assert!(!sent.is_empty());
+        for i in 0..3 {
+            let (verdict, spent, back) = run_lent(&rt, &applet, inv(b""));
+            assert_eq!(back, sent, "{body}, run {i}: {verdict:?}");
+            rt.replenish(&applet, spent);
+        }
+    }
 }
 
 #[test]
@@ -459,7 +525,7 @@ fn an_applet_that_keeps_faulting_is_quarantined() {
     let with_cookie = || inv(b"");
     let without_cookie = || {
         let mut i = inv(b"");
-        i.headers = Arc::new(HeaderMap::new());
+        i.headers = HeaderMap::new();
         i
     };
     let run = |i: Invocation| rt.run(&applet, i, Arc::new(NoItems));
@@ -520,14 +586,17 @@ fn the_compiled_module_cache_is_bounded() {
     assert_eq!(rt.modules(), 2);
 }
 
-/// Runs `applet` for one hit that serves the cached copy, checks the spent run holds on to
-/// nothing of the request, and hands it to `replenish`.
+/// Runs `applet` for one hit that serves the cached copy, checks the request's headers came back
+/// as they were and the spent run holds on to nothing of the document, and hands it to
+/// `replenish`.
 fn run_holding_nothing(rt: &Runtime, applet: &crate::Applet, i: usize) {
     let inv = inv(b"doc");
-    let headers = inv.headers.clone();
-    let (verdict, spent) = rt.run_deferred(applet, inv, Arc::new(NoItems));
+    let sent = inv.headers.clone();
+    let document = inv.document.headers.clone();
+    let (verdict, spent, headers) = run_lent(rt, applet, inv);
     assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
-    assert_eq!(Arc::strong_count(&headers), 1, "run {i}: headers held");
+    assert_eq!(headers, sent, "run {i}: headers given back");
+    assert_eq!(Arc::strong_count(&document), 1, "run {i}: document held");
     rt.replenish(applet, spent);
 }
 
@@ -661,7 +730,7 @@ fn rewinding_undoes_every_kind_of_write() {
     let applet = rt.compile(&wasm).expect("compiles");
     assert!(applet.rewindable(), "{:?}", applet.not_rewound);
     for i in 0..10 {
-        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        let (verdict, spent, _) = run_lent(&rt, &applet, inv(b"doc"));
         assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
         rt.replenish(&applet, spent);
         assert_eq!(applet.ready_as_made(), (1, true), "run {i}");
@@ -681,7 +750,7 @@ fn rewinding_undoes_every_kind_of_write() {
         let rt = runtime();
         let applet = rt.compile(&module("", "", body)).expect("compiles");
         assert!(applet.rewindable());
-        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        let (verdict, spent, _) = run_lent(&rt, &applet, inv(b"doc"));
         assert_eq!(
             !matches!(verdict, Verdict::Cached),
             fault,
@@ -713,7 +782,7 @@ fn a_module_with_a_start_function_is_instantiated_at_its_hit() {
     .expect("parses");
     let applet = rt.compile(&wasm).expect("compiles");
     for i in 0..3 {
-        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        let (verdict, spent, _) = run_lent(&rt, &applet, inv(b"doc"));
         assert!(matches!(verdict, Verdict::Cached), "run {i}: {verdict:?}");
         rt.replenish(&applet, spent);
     }
@@ -734,7 +803,7 @@ fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
         .collect();
     for a in &applets {
         for _ in 0..2 {
-            let (_, spent) = rt.run_deferred(a, inv(b"doc"), Arc::new(NoItems));
+            let (_, spent, _) = run_lent(&rt, a, inv(b"doc"));
             rt.replenish(a, spent);
         }
     }
@@ -743,7 +812,7 @@ fn instances_made_ahead_take_at_most_a_quarter_of_the_pool() {
     let trap = rt
         .compile(&module("", "t", "unreachable"))
         .expect("compiles");
-    let (verdict, spent) = rt.run_deferred(&trap, inv(b"doc"), Arc::new(NoItems));
+    let (verdict, spent, _) = run_lent(&rt, &trap, inv(b"doc"));
     assert!(matches!(verdict, Verdict::Origin(Reason::Trap(_))));
     rt.replenish(&trap, spent);
     for a in &applets {
@@ -824,7 +893,7 @@ proptest::proptest! {
         ))
         .expect("parses");
         let applet = rt.compile(&wasm).expect("compiles");
-        let (verdict, spent) = rt.run_deferred(&applet, inv(b"doc"), Arc::new(NoItems));
+        let (verdict, spent, _) = run_lent(&rt, &applet, inv(b"doc"));
         proptest::prop_assert!(matches!(verdict, Verdict::Cached), "{:?}", verdict);
         rt.replenish(&applet, spent);
         proptest::prop_assert_eq!(rt.counters.get(Counter::Rewound), 1);

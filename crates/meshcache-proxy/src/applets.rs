@@ -28,7 +28,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use meshcache_applet::header::{self as applet_header, Attachment};
 use meshcache_applet::{
-    Applet, AppletConfig, Built, Counter, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
+    Applet, AppletConfig, Built, Counter, Hit, Item, Items, Reason, Runtime, Spent, Verdict,
 };
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
@@ -416,7 +416,7 @@ fn item_of(o: &CachedObject) -> Item {
 /// hand (compiled at start, or fetched and compiled by an earlier hit and within its TTL): the
 /// usual case, with no future to make. `None` when the module must be fetched first: then
 /// [`on_hit_fetching`] does it and runs the applet. The request's headers are lent to the run
-/// and put back.
+/// and come back as they were.
 pub(crate) fn on_hit(
     shared: &Arc<Shared>,
     req: &mut request::Parts,
@@ -493,28 +493,22 @@ fn run(
     client: IpAddr,
     object: &CachedObject,
 ) -> Gate {
-    let headers = Arc::new(std::mem::take(&mut req.headers));
-    let invocation = Invocation {
-        method: req.method.clone(),
-        url: url.to_owned(),
-        origin: attached.origin.clone(),
-        headers: headers.clone(),
+    let hit = Hit {
+        method: &req.method,
+        url,
+        origin: &attached.origin,
+        headers: &mut req.headers,
         client,
         document: item_of(object),
-        log_to: attached.log_to.clone(),
+        log_to: &attached.log_to,
     };
-    let items = active
-        .items
-        .get_or_init(|| {
-            Arc::new(CacheItems {
-                shared: Arc::downgrade(shared),
-            })
+    let items = active.items.get_or_init(|| {
+        Arc::new(CacheItems {
+            shared: Arc::downgrade(shared),
         })
-        .clone();
-    let (verdict, spent) = active.runtime.run_deferred(applet, invocation, items);
+    });
+    let (verdict, spent) = active.runtime.run_deferred(applet, hit, items);
     active.after_answer(applet, spent);
-    // The run's store is gone with its clones: the headers come back without a copy.
-    req.headers = Arc::try_unwrap(headers).unwrap_or_else(|h| (*h).clone());
     match verdict {
         Verdict::Cached => Gate::Serve,
         Verdict::Built(b) => Gate::Built(b),

@@ -125,7 +125,7 @@ pub fn run(command: AppletCommand) -> anyhow::Result<()> {
                 method,
                 url,
                 origin: Arc::from(origin.as_str()),
-                headers: Arc::new(request),
+                headers: request,
                 client,
                 document: Item {
                     status: StatusCode::OK,
