@@ -20,7 +20,7 @@
 //! Instances made ahead, for the rest (modules that do not qualify, and runs that faulted):
 //! [`Runtime::run_deferred`] hands back the spent store with the verdict; the caller answers
 //! first and then calls [`Runtime::replenish`], which releases it and instantiates the applet's
-//! next instance, with a placeholder invocation, for the next hit to take. Nothing has run in
+//! next instance, with no hit in its state yet, for the next hit to take. Nothing has run in
 //! that instance (modules with a start function, which would run at instantiation, are
 //! instantiated at their hit).
 
