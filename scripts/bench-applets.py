@@ -18,8 +18,11 @@ also records meshcache's CPU per hit, wrk's CPU and steal.
 Usage: scripts/bench-applets.py [--duration S] [--rounds N] [--clients 1,10,20]
                                 [--applets none,null,log,ads,apc,ssi,csid] [--out DIR]
                                 [--bin PATH] [--no-build] [--no-netns] [--port-base N]
+       scripts/bench-applets.py --pool DIR [DIR ...] [--out DIR]
 Defaults take about 7 minutes. Output: a Markdown table on stdout and in OUT/results.md; raw
-runs in OUT/raw.csv; OUT/results.json with the config, seed and revision.
+runs in OUT/raw.csv; OUT/results.json with the config, seed and revision. --pool measures
+nothing: it reports the rounds of earlier runs' raw.csv together (each round still paired with
+`none` of its own run), for medians and intervals over more pairs than one run has.
 """
 
 import argparse
@@ -392,16 +395,24 @@ def report(args, rows, out):
             verdict = f"≤ {target}: " + ("met at every count" if len(met) == len(args.clients)
                                           else f"met at {', '.join(met)}" if met else "not met")
         lines.append(f"| {a} | " + " | ".join(cells) + f" | {verdict} |")
-    lines += ["", "meshcache's CPU per hit (µs; utime + stime of the process / requests) and wrk's "
-              "mean-latency ratio to `none`. † marks a cell where wrk used ≥ 95 % of its core "
-              "(client-bound).", "",
-              "| applet | " + " | ".join(f"{c}: CPU µs/hit | {c}: wrk latency ratio" for c in args.clients) + " |",
-              "| --- |" + " ---: | ---: |" * len(args.clients)]
+    lines += ["", "meshcache's CPU per hit (µs; utime + stime of the process / requests), its paired "
+              "ratio to `none` (median, 95 % interval: unlike the cycle time, it does not depend on "
+              "how busy the client is), and wrk's mean-latency ratio to `none`. † marks a cell "
+              "where wrk used ≥ 95 % of its core (client-bound).", "",
+              "| applet | " + " | ".join(f"{c}: CPU µs/hit | {c}: CPU ratio | {c}: wrk latency ratio"
+                                        for c in args.clients) + " |",
+              "| --- |" + " ---: | ---: | ---: |" * len(args.clients)]
     for a in args.applets:
         cells = []
         for c in args.clients:
-            ratio = "" if a == "none" else f"{paired(a, c, 'mean_ms'):.3f}"
-            cells.append(f"{median_of(a, c, 'proxy_cpu_us'):.1f} | {ratio}")
+            if a == "none":
+                cpu, latency = "", ""
+            else:
+                interval = median_interval(ratios(a, c, "proxy_cpu_us"))
+                within = f" ({interval[0]:.3f}–{interval[1]:.3f})" if interval else ""
+                cpu = f"{paired(a, c, 'proxy_cpu_us'):.3f}{within}"
+                latency = f"{paired(a, c, 'mean_ms'):.3f}"
+            cells.append(f"{median_of(a, c, 'proxy_cpu_us'):.1f} | {cpu} | {latency}")
         lines.append(f"| {a} | " + " | ".join(cells) + " |")
     table = "\n".join(lines)
     header = (f"Applet overhead, WebStone mix, {args.rounds} rounds × {args.duration} s per cell; "
@@ -409,19 +420,53 @@ def report(args, rows, out):
               f"(cycle time, clients × duration / requests) to `none` (the same hits with no "
               f"applet), in brackets a 95 % confidence interval of that median (order statistics, "
               f"shown from 6 rounds); for `none`, its cycle time and meshcache's CPU per hit.\n"
-              f"Revision {revision()}; binary {args.bin}.\n")
+              + (f"Pooled from {', '.join(map(str, args.pool))}.\n" if args.pool else
+                 f"Revision {revision()}; binary {args.bin}.\n"))
     (out / "results.md").write_text(header + "\n" + table + "\n")
     with open(out / "raw.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
     (out / "results.json").write_text(json.dumps({
-        "revision": revision(), "seed": SEED, "webstone_mix": WEBSTONE,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "revision": None if args.pool else revision(), "seed": SEED, "webstone_mix": WEBSTONE,
+        "args": json.loads(json.dumps(vars(args), default=str)),
         "ratios": {a: dict(zip(map(str, args.clients), v)) for a, v in verdicts.items()},
         "rows": rows}, indent=2))
     print(header)
     print(table)
+
+
+def pool(args):
+    """Reports earlier runs together: their rounds are numbered on, one run after another, so
+    each stays paired with `none` of its own run and round."""
+    rows, offset = [], 0
+    for d in args.pool:
+        if not (d / "raw.csv").is_file():
+            die(f"--pool: {d / 'raw.csv'} not found (a directory this script wrote with --out)")
+        with open(d / "raw.csv", newline="") as f:
+            run = list(csv.DictReader(f))
+        if not run:
+            die(f"--pool: {d / 'raw.csv'} has no rows")
+        for r in run:
+            for k, v in r.items():
+                r[k] = v if k == "applet" else int(v) if k in ("clients", "round", "requests", "applet_runs") else float(v)
+            r["round"] += offset
+        offset = max(r["round"] for r in run)
+        rows += run
+    present = {r["applet"] for r in rows}
+    args.applets = [a for a in APPLETS if a in present]
+    if "none" not in present:
+        die("--pool: no `none` rows to pair with")
+    args.clients = sorted({r["clients"] for r in rows})
+    for a in args.applets:
+        for c in args.clients:
+            if not any(r["applet"] == a and r["clients"] == c for r in rows):
+                die(f"--pool: no rows for {a} at {c} clients in every cell")
+    args.rounds = offset
+    args.duration = round(statistics.median(r["seconds"] for r in rows))
+    out = args.out or REPO / "target/bench-applets" / ("pooled-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    out.mkdir(parents=True, exist_ok=True)
+    report(args, rows, out)
 
 
 def main():
@@ -435,7 +480,11 @@ def main():
     p.add_argument("--no-build", action="store_true")
     p.add_argument("--no-netns", action="store_true")
     p.add_argument("--port-base", type=int, default=18280)
+    p.add_argument("--pool", type=Path, nargs="+", metavar="DIR")
     args = p.parse_args()
+    if args.pool:
+        pool(args)
+        return
     args.clients = [int(c) for c in args.clients.split(",")]
     args.applets = args.applets.split(",")
     if "none" not in args.applets:
