@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use meshcache_applet::{AppletConfig, Invocation, Item, Items, Runtime};
+use meshcache_applet::{AppletConfig, Hit, Invocation, Item, Items, Runtime};
 
 struct NoItems;
 impl Items for NoItems {
@@ -65,6 +65,44 @@ fn runs(c: &mut Criterion) {
     group.finish();
 }
 
+/// A run as the proxy makes it: the request (headers, URL, the document's names) lent by a
+/// caller who keeps it from hit to hit, the document's headers and body shared with the cache.
+/// What this adds over an empty run is the runtime's own cost per hit.
+fn lent(c: &mut Criterion) {
+    let rt = Runtime::new(AppletConfig::default()).expect("runtime");
+    let items: Arc<dyn Items> = Arc::new(NoItems);
+    let Invocation {
+        method,
+        url,
+        origin,
+        mut headers,
+        client,
+        document,
+        log_to,
+    } = invocation(Bytes::from(vec![b'x'; 5_000]));
+    let mut group = c.benchmark_group("lent");
+    for name in ["null", "log"] {
+        let applet = rt.compile(&module(name)).expect("compiles");
+        group.bench_function(BenchmarkId::new(name, 5_000), |b| {
+            b.iter(|| {
+                let hit = Hit {
+                    method: &method,
+                    url: &url,
+                    origin: &origin,
+                    headers: &mut headers,
+                    client,
+                    document: document.clone(),
+                    log_to: &log_to,
+                };
+                let (verdict, spent) = rt.run_deferred(&applet, hit, &items);
+                rt.replenish(&applet, spent);
+                verdict
+            })
+        });
+    }
+    group.finish();
+}
+
 /// The same applet run on every core at once, as a busy proxy runs it: what the runs share
 /// (counters, the applet's ready instances, the ticker) costs more when cores take turns with
 /// it. Reported per run, against one thread alone.
@@ -97,5 +135,5 @@ fn shared(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, runs, shared);
+criterion_group!(benches, runs, lent, shared);
 criterion_main!(benches);
