@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use meshcache_applet::{AppletConfig, Hit, Invocation, Item, Items, Runtime};
+use meshcache_applet::{AppletConfig, Invocation, Item, Items, Runtime};
 
 struct NoItems;
 impl Items for NoItems {
@@ -71,30 +71,13 @@ fn runs(c: &mut Criterion) {
 fn lent(c: &mut Criterion) {
     let rt = Runtime::new(AppletConfig::default()).expect("runtime");
     let items: Arc<dyn Items> = Arc::new(NoItems);
-    let Invocation {
-        method,
-        url,
-        origin,
-        mut headers,
-        client,
-        document,
-        log_to,
-    } = invocation(Bytes::from(vec![b'x'; 5_000]));
+    let mut inv = invocation(Bytes::from(vec![b'x'; 5_000]));
     let mut group = c.benchmark_group("lent");
     for name in ["null", "log"] {
         let applet = rt.compile(&module(name)).expect("compiles");
         group.bench_function(BenchmarkId::new(name, 5_000), |b| {
             b.iter(|| {
-                let hit = Hit {
-                    method: &method,
-                    url: &url,
-                    origin: &origin,
-                    headers: &mut headers,
-                    client,
-                    document: document.clone(),
-                    log_to: &log_to,
-                };
-                let (verdict, spent) = rt.run_deferred(&applet, hit, &items);
+                let (verdict, spent) = rt.run_deferred(&applet, inv.lend(), &items);
                 rt.replenish(&applet, spent);
                 verdict
             })

@@ -121,6 +121,24 @@ pub struct Hit<'a> {
     pub log_to: &'a Arc<str>,
 }
 
+impl Invocation {
+    /// This invocation as a [`Hit`] for [`Runtime::run_deferred`]: borrowed, with the document
+    /// shared (its headers and body are reference-counted). The headers are back in `self` when
+    /// the run returns.
+    #[inline]
+    pub fn lend(&mut self) -> Hit<'_> {
+        Hit {
+            method: &self.method,
+            url: &self.url,
+            origin: &self.origin,
+            headers: &mut self.headers,
+            client: self.client,
+            document: self.document.clone(),
+            log_to: &self.log_to,
+        }
+    }
+}
+
 /// A response an applet built.
 #[derive(Clone, Debug)]
 pub struct Built {
@@ -584,26 +602,8 @@ impl Runtime {
     }
 
     /// Runs `applet` for one hit. Blocks for at most the CPU budget (plus a tick).
-    pub fn run(&self, applet: &Applet, inv: Invocation, items: Arc<dyn Items>) -> Verdict {
-        let Invocation {
-            method,
-            url,
-            origin,
-            mut headers,
-            client,
-            document,
-            log_to,
-        } = inv;
-        let hit = Hit {
-            method: &method,
-            url: &url,
-            origin: &origin,
-            headers: &mut headers,
-            client,
-            document,
-            log_to: &log_to,
-        };
-        self.run_deferred(applet, hit, &items).0
+    pub fn run(&self, applet: &Applet, mut inv: Invocation, items: Arc<dyn Items>) -> Verdict {
+        self.run_deferred(applet, inv.lend(), &items).0
     }
 
     /// Runs `applet` for one hit, as [`run`](Self::run), and hands back the spent store: pass

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use crate::{
-    Applet, AppletConfig, AppletError, Counter, Hit, Invocation, Item, Items, Reason, Runtime,
-    Spent, Verdict,
+    Applet, AppletConfig, AppletError, Counter, Invocation, Item, Items, Reason, Runtime, Spent,
+    Verdict,
 };
 
 struct NoItems;
@@ -74,28 +74,10 @@ fn runtime() -> Runtime {
 
 /// Runs `applet` for `inv` as the proxy does, lending the request's headers: the verdict, the
 /// spent store and the headers as the run gave them back.
-fn run_lent(rt: &Runtime, applet: &Applet, inv: Invocation) -> (Verdict, Spent, HeaderMap) {
-    let Invocation {
-        method,
-        url,
-        origin,
-        mut headers,
-        client,
-        document,
-        log_to,
-    } = inv;
-    let hit = Hit {
-        method: &method,
-        url: &url,
-        origin: &origin,
-        headers: &mut headers,
-        client,
-        document,
-        log_to: &log_to,
-    };
+fn run_lent(rt: &Runtime, applet: &Applet, mut inv: Invocation) -> (Verdict, Spent, HeaderMap) {
     let items: Arc<dyn Items> = Arc::new(NoItems);
-    let (verdict, spent) = rt.run_deferred(applet, hit, &items);
-    (verdict, spent, headers)
+    let (verdict, spent) = rt.run_deferred(applet, inv.lend(), &items);
+    (verdict, spent, inv.headers)
 }
 
 fn run(rt: &Runtime, wasm: &[u8], inv: Invocation) -> Verdict {
