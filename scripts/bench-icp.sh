@@ -40,6 +40,15 @@
 #   --quiet-budget S   seconds (default 120) this run may spend in total waiting for other
 #                      processes' CPU use to drop before a measured run, and re-doing runs
 #                      disturbed by it (other CPU > 15% of a core); 0 disables
+#   --no-floor         do not measure the floor (below)
+#   --floor-bin PATH   the icp-floor example (default: build target/release/examples/icp-floor)
+# The floor: after the four configurations, every round also runs the icp-floor example on
+# core 1 (four processes on 127.0.0.51-54 doing nothing but the datagrams of ICP searches:
+# a query to each sibling, a MISS_NOFETCH back, encoded and decoded with meshcache-wire), with
+# ICP and without, at the load of that round's mc-icp run (closed loop with the same
+# connections at delay 0, else the same searches a second). Its icp - none is the least extra
+# CPU per request any implementation can have here; floor / Squid's overhead is the least the
+# target's ratio can be on this machine.
 # Defaults take about 7 minutes (at most 9 with the quiet budget). Installs wrk, squid, curl, jq
 # when missing (apt).
 # Output: a Markdown report on stdout and in OUT/results.md; every run in OUT/raw.csv and
@@ -69,6 +78,8 @@ NETNS=1
 ORIGIN_PORT=18090
 NOTE=""
 QUIET_BUDGET=120
+FLOOR=1
+FLOOR_BIN=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -85,6 +96,8 @@ while [ $# -gt 0 ]; do
     --origin-port) ORIGIN_PORT=$2; shift 2 ;;
     --note) NOTE=$2; shift 2 ;;
     --quiet-budget) QUIET_BUDGET=$2; shift 2 ;;
+    --no-floor) FLOOR=0; shift ;;
+    --floor-bin) FLOOR_BIN=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -113,6 +126,10 @@ if [ -z "${BENCH_ICP_IN_NETNS:-}" ]; then
   if [ "$BUILD" = 1 ]; then
     log "cargo build --release -p meshcache"
     (cd "$REPO" && cargo build --release -p meshcache)
+    if [ "$FLOOR" = 1 ] && [ -z "$FLOOR_BIN" ]; then
+      log "cargo build --release -p meshcache-wire --example icp-floor"
+      (cd "$REPO" && cargo build --release -p meshcache-wire --example icp-floor)
+    fi
   fi
 fi
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -125,9 +142,14 @@ export BENCH_ICP_REV
 : "${BENCH_ICP_BIN_NOTE:=$(bench_binary_note "$BIN")}"
 export BENCH_ICP_BIN_NOTE
 BIN_NOTE=$BENCH_ICP_BIN_NOTE
+if [ "$FLOOR" = 1 ]; then
+  [ -n "$FLOOR_BIN" ] || FLOOR_BIN="$REPO/target/release/examples/icp-floor"
+  [ -x "$FLOOR_BIN" ] || die "no icp-floor binary at $FLOOR_BIN (build it, give --floor-bin, or --no-floor)"
+  FLOOR_BIN=$(readlink -f "$FLOOR_BIN")
+fi
 
 if [ "$NETNS" = 1 ]; then
-  bench_enter_netns BENCH_ICP_IN_NETNS "${BASH_SOURCE[0]}" "${ORIG_ARGS[@]}" --no-build --bin "$BIN"
+  bench_enter_netns BENCH_ICP_IN_NETNS "${BASH_SOURCE[0]}" "${ORIG_ARGS[@]}" --no-build --bin "$BIN" ${FLOOR_BIN:+--floor-bin "$FLOOR_BIN"}
 fi
 NETNS_USED=no
 if [ -n "${BENCH_ICP_IN_NETNS:-}" ]; then
@@ -456,8 +478,32 @@ measure() { # delay round config
   done
 }
 
+FLOOR_CSV="$OUT/floor.csv"
+# The floor of one round: icp-floor with ICP and without, at that round's mc-icp load.
+run_floor() { # delay round
+  local delay=$1 round=$2 load proto line rate
+  if [ "$delay" = 0 ]; then
+    load=(--concurrency "$CONNS" --searches 20000)
+  else
+    # The searches a second of this round's mc-icp nodes (each miss is one search), 5 s' worth.
+    rate=$(awk -F, -v d="$delay" -v r="$round" '$1 == d && $2 == r && $3 == "mc-icp" { printf "%.0f", $7 / 4 }' "$RAW")
+    [ -n "$rate" ] && [ "$rate" -gt 0 ] || rate=300
+    load=(--rate "$rate" --searches $((rate * 5)))
+  fi
+  for proto in icp none; do
+    wait_quiet
+    line=$(timeout -k 5 150 "$FLOOR_BIN" --cpu 1 --first 127.0.0.51 --port 3130 --timeout 120 "${load[@]}" --protocol "$proto") ||
+      die "icp-floor failed (delay $delay, round $round, $proto)"
+    echo "$line" | awk -v d="$delay" -v r="$round" '{ for (i = 1; i <= NF; i++) { split($i, a, "="); v[a[1]] = a[2] }
+      printf "%d,%d,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f\n", d, r, v["protocol"], v["load"], v["searches"], v["lost"], v["wall_s"],
+        v["cpu_us_per_search"], v["user_us"], v["sys_us"], v["run_us"], v["voluntary_per_search"], v["involuntary_per_search"] }' >>"$FLOOR_CSV"
+    tail -n 1 "$FLOOR_CSV" | awk -F, '{ printf "  floor-%-4s delay %3d ms round %d: %6d searches (%s, %d lost)  cpu %6.2f us/search (user %.2f, sys %.2f; run %.2f)  switches %.3f/search\n", $3, $1, $2, $5, $4, $6, $8, $9, $10, $11, $12 + $13 }' >&2
+  done
+}
+
 # ---------------------------------------------------------------- run
 echo "delay_ms,round,config,product,requests,wrk_s,rps,errors,lat_mean_ms,lat_p50_ms,lat_p99_ms,lat_max_ms,server_cpu_ms,server_user_ms,server_sys_ms,server_cpu_us_per_req,server_cpu_pct,origin_cpu_ms,wrk_cpu_ms,core0_busy_pct,core1_busy_pct,steal_cpu0_pct,steal_cpu1_pct,other_cpu_pct,udp_in,udp_out,udp_in_per_req,udp_out_per_req,udp_rcvbuf_errors,udp_noports,udp_in_errors,srv_requests,srv_hits,hit_ratio,icp_queries_sent,icp_replies_sent,icp_queries_recv,icp_replies_recv,icp_late,icp_denied,icp_dropped,t_start,t_end,tag,server_ctx_switches,server_ctx_switches_per_req,tcp_out_segs,tcp_out_segs_per_req" >"$RAW"
+[ "$FLOOR" = 0 ] || echo "delay_ms,round,protocol,load,searches,lost,wall_s,cpu_us_per_search,user_us_per_search,sys_us_per_search,run_us_per_search,voluntary_per_search,involuntary_per_search" >"$FLOOR_CSV"
 T_START=$EPOCHSECONDS
 for c in "${CONFIG_LIST[@]}"; do warm_config "$c"; done
 for delay in "${DELAY_LIST[@]}"; do
@@ -465,6 +511,7 @@ for delay in "${DELAY_LIST[@]}"; do
   for c in "${CONFIG_LIST[@]}"; do run_one "$delay" 0 "$c" warm "d$delay-warm-$c"; done
   for ((r = 1; r <= ROUNDS; r++)); do
     for c in "${CONFIG_LIST[@]}"; do measure "$delay" "$r" "$c"; done
+    [ "$FLOOR" = 0 ] || run_floor "$delay" "$r"
   done
 done
 T_END=$EPOCHSECONDS
@@ -630,6 +677,42 @@ AWK_MEDIAN='
         print ""
       }
     }' "$RAW"
+  if [ "$FLOOR" = 1 ] && [ -s "$FLOOR_CSV" ]; then
+    echo "## The floor: ICP's datagrams and nothing else"
+    echo
+    echo "icp-floor (meshcache-wire's example) on core 1 after each round's four configurations: four processes on 127.0.0.51-54, each one epoll loop and one UDP socket, sending the round's searches (a QUERY to each of three siblings; each sibling answers MISS_NOFETCH) with no proxy around them, and the same loop without ICP. Extra CPU = icp − none of the same round; it is the least extra CPU per request that any implementation of ICP can have on this machine, and floor / Squid's overhead the least the target's ratio can be."
+    echo
+    echo "| origin delay | floor load | floor CPU µs/search, icp / none | floor extra µs/req (per round) | meshcache extra | Squid extra | floor / Squid (per round) | meshcache − floor | Squid − floor |"
+    echo "| ---: | --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"
+    awk -F, "$AWK_MEDIAN"'
+      FNR == 1 { file++; next }
+      file == 1 { cpu[$1, $2, $3] = $16; if (!($1 in seen)) { seen[$1] = 1; delays[++nd] = $1 }; if ($2 > maxr) maxr = $2; next }
+      file == 2 { f[$1, $2, $3] = $8; load[$1] = $4; lost[$1] += $6 }
+      END {
+        for (i = 1; i <= nd; i++) {
+          d = delays[i]; fl = ""; fr = ""; mi = ""; ni = ""; me = ""; sq = ""; mf = ""; sf = ""
+          for (r = 1; r <= maxr; r++) {
+            if (!(((d, r, "icp") in f) && ((d, r, "none") in f))) continue
+            x = f[d, r, "icp"] - f[d, r, "none"]; fl = fl " " x; add("fi" d, f[d, r, "icp"]); add("fn" d, f[d, r, "none"])
+            if (((d, r, "squid-icp") in cpu) && ((d, r, "squid-none") in cpu)) {
+              s = cpu[d, r, "squid-icp"] - cpu[d, r, "squid-none"]; sq = sq " " s; sf = sf " " s - x
+              if (s > 0) fr = fr " " x / s
+            }
+            if (((d, r, "mc-icp") in cpu) && ((d, r, "mc-none") in cpu)) { m = cpu[d, r, "mc-icp"] - cpu[d, r, "mc-none"]; me = me " " m; mf = mf " " m - x }
+          }
+          if (fl == "") continue
+          printf "| %d ms | %s%s | %.1f / %.1f | **%.1f** (%s) | %s | %s | **%s** (%s) | %s | %s |\n", d, load[d], (lost[d] ? sprintf(", %d lost", lost[d]) : ""),
+            median(vals["fi" d]), median(vals["fn" d]), median(fl), fmtl(fl, "%.1f"),
+            (me == "" ? "-" : sprintf("%.1f", median(me))), (sq == "" ? "-" : sprintf("%.1f", median(sq))),
+            (fr == "" ? "-" : sprintf("%.2f", median(fr))), fmtl(fr, "%.2f"),
+            (mf == "" ? "-" : sprintf("%+.1f", median(mf))), (sf == "" ? "-" : sprintf("%+.1f", median(sf)))
+        }
+      }
+      function fmtl(l, fm,   n, a, i, o) { n = split(l, a, " "); o = ""; for (i = 1; i <= n; i++) o = o (i > 1 ? ", " : "") sprintf(fm, a[i]); return o }' "$RAW" "$FLOOR_CSV"
+    echo
+    echo "A floor / Squid ratio above 0.5 means that the target cannot be met here by any implementation that sends ICP's datagrams; below it, the room left is (0.5 − floor / Squid) × Squid's overhead. Raw numbers: floor.csv."
+    echo
+  fi
   echo "## Access logs (all runs, warm-ups included): hierarchy codes"
   echo
   echo "| configuration | code | requests | share |"
