@@ -49,7 +49,7 @@
 # connections at delay 0, else the same searches a second). Its icp - none is the least extra
 # CPU per request any implementation can have here; floor / Squid's overhead is the least the
 # target's ratio can be on this machine.
-# Defaults take about 7 minutes (at most 9 with the quiet budget). Installs wrk, squid, curl, jq
+# Defaults take about 8 minutes (at most 10 with the quiet budget). Installs wrk, squid, curl, jq
 # when missing (apt).
 # Output: a Markdown report on stdout and in OUT/results.md; every run in OUT/raw.csv and
 # OUT/results.json; the generated configs, servers' logs and access-log tallies in OUT/.
