@@ -208,10 +208,9 @@ impl Spent {
     }
 }
 
-/// Clock ticks per second for `/proc/*/stat` times. Linux has reported USER_HZ = 100 to user
-/// space on every architecture for decades, whatever the kernel's own tick.
+/// Clock ticks per second for `/proc/*/stat` times (`sysconf(_SC_CLK_TCK)`).
 fn user_hz() -> f64 {
-    100.0
+    rustix::param::clock_ticks_per_second().max(1) as f64
 }
 
 /// A node's state between events.
@@ -332,13 +331,19 @@ fn node(args: &Args, me: u8) -> Result<Spent, String> {
         spent: Spent::default(),
         out: Vec::with_capacity(128),
     };
+    let pace = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let mut done_peers = vec![false; usize::from(args.nodes)];
     done_peers[usize::from(me)] = true;
     let mut i_am_done = false;
+    // A node still searching sends a query at least this often; once we are done, this much
+    // silence means every other node is done too, even if its DONE was lost.
+    let silence = pace
+        .map_or(Duration::ZERO, |p| p * 3)
+        .max(Duration::from_secs(2));
+    let mut heard = Instant::now();
     let mut buf = vec![0u8; icp::MAX_DATAGRAM + 1];
     let mut events = Events::with_capacity(64);
     let deadline = Instant::now() + args.timeout;
-    let pace = (args.rate > 0.0).then(|| Duration::from_secs_f64(1.0 / args.rate));
     let t0 = Instant::now();
 
     loop {
@@ -373,7 +378,7 @@ fn node(args: &Args, me: u8) -> Result<Spent, String> {
                 node.send(DONE, to)?;
             }
         }
-        if i_am_done && done_peers.iter().all(|d| *d) {
+        if i_am_done && (done_peers.iter().all(|d| *d) || now.duration_since(heard) > silence) {
             break;
         }
 
@@ -403,6 +408,7 @@ fn node(args: &Args, me: u8) -> Result<Spent, String> {
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(format!("recv: {e}")),
             };
+            heard = Instant::now();
             if &buf[..len] == DONE {
                 if let Some(n) = (0..args.nodes).find(|&n| address(args, n) == from) {
                     done_peers[usize::from(n)] = true;
