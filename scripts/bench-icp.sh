@@ -41,9 +41,9 @@
 #                      processes' CPU use to drop before a measured run, and re-doing runs
 #                      disturbed by it (other CPU > 15% of a core); 0 disables
 #   --no-floor         do not measure the floor (below)
-#   --floor-bin PATH   the icp-floor example (default: build target/release/examples/icp-floor)
-# The floor: after the four configurations, every round also runs the icp-floor example on
-# core 1 (four processes on 127.0.0.51-54 doing nothing but the datagrams of ICP searches:
+#   --floor-bin PATH   the floor example (default: build target/release/examples/floor)
+# The floor: after the four configurations, every round also runs meshcache-dcm's floor example
+# on core 1 (four processes on 127.0.0.51-54 doing nothing but the datagrams of ICP searches:
 # a query to each sibling, a MISS_NOFETCH back, encoded and decoded with meshcache-wire), with
 # ICP and without, at the load of that round's mc-icp run (closed loop with the same
 # connections at delay 0, else the same searches a second). Its icp - none is the least extra
@@ -127,8 +127,8 @@ if [ -z "${BENCH_ICP_IN_NETNS:-}" ]; then
     log "cargo build --release -p meshcache"
     (cd "$REPO" && cargo build --release -p meshcache)
     if [ "$FLOOR" = 1 ] && [ -z "$FLOOR_BIN" ]; then
-      log "cargo build --release -p meshcache-wire --example icp-floor"
-      (cd "$REPO" && cargo build --release -p meshcache-wire --example icp-floor)
+      log "cargo build --release -p meshcache-dcm --example floor"
+      (cd "$REPO" && cargo build --release -p meshcache-dcm --example floor)
     fi
   fi
 fi
@@ -143,8 +143,8 @@ export BENCH_ICP_REV
 export BENCH_ICP_BIN_NOTE
 BIN_NOTE=$BENCH_ICP_BIN_NOTE
 if [ "$FLOOR" = 1 ]; then
-  [ -n "$FLOOR_BIN" ] || FLOOR_BIN="$REPO/target/release/examples/icp-floor"
-  [ -x "$FLOOR_BIN" ] || die "no icp-floor binary at $FLOOR_BIN (build it, give --floor-bin, or --no-floor)"
+  [ -n "$FLOOR_BIN" ] || FLOOR_BIN="$REPO/target/release/examples/floor"
+  [ -x "$FLOOR_BIN" ] || die "no floor binary at $FLOOR_BIN (build it, give --floor-bin, or --no-floor)"
   FLOOR_BIN=$(readlink -f "$FLOOR_BIN")
 fi
 
@@ -479,24 +479,24 @@ measure() { # delay round config
 }
 
 FLOOR_CSV="$OUT/floor.csv"
-# The floor of one round: icp-floor with ICP and without, at that round's mc-icp load.
+# The floor of one round: the floor example with ICP and without, at that round's mc-icp load.
 run_floor() { # delay round
   local delay=$1 round=$2 load proto line rate
   if [ "$delay" = 0 ]; then
-    load=(--concurrency "$CONNS" --searches 20000)
+    load=(--concurrency "$CONNS" --requests 20000)
   else
     # The searches a second of this round's mc-icp nodes (each miss is one search), 5 s' worth.
     rate=$(awk -F, -v d="$delay" -v r="$round" '$1 == d && $2 == r && $3 == "mc-icp" { printf "%.0f", $7 / 4 }' "$RAW")
     [ -n "$rate" ] && [ "$rate" -gt 0 ] || rate=300
-    load=(--rate "$rate" --searches $((rate * 5)))
+    load=(--rate "$rate" --requests $((rate * 5)))
   fi
   for proto in icp none; do
     wait_quiet
     line=$(timeout -k 5 150 "$FLOOR_BIN" --cpu 1 --first 127.0.0.51 --port 3130 --timeout 120 "${load[@]}" --protocol "$proto") ||
-      die "icp-floor failed (delay $delay, round $round, $proto)"
+      die "the floor example failed (delay $delay, round $round, $proto)"
     echo "$line" | awk -v d="$delay" -v r="$round" '{ for (i = 1; i <= NF; i++) { split($i, a, "="); v[a[1]] = a[2] }
-      printf "%d,%d,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f\n", d, r, v["protocol"], v["load"], v["searches"], v["lost"], v["wall_s"],
-        v["cpu_us_per_search"], v["user_us"], v["sys_us"], v["run_us"], v["voluntary_per_search"], v["involuntary_per_search"] }' >>"$FLOOR_CSV"
+      printf "%d,%d,%s,%s,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f,%.4f,%.4f\n", d, r, v["protocol"], v["load"], v["requests"], v["lost"], v["wall_s"],
+        v["cpu_us_per_request"], v["user_us"], v["sys_us"], v["run_us"], v["voluntary_per_request"], v["involuntary_per_request"] }' >>"$FLOOR_CSV"
     tail -n 1 "$FLOOR_CSV" | awk -F, '{ printf "  floor-%-4s delay %3d ms round %d: %6d searches (%s, %d lost)  cpu %6.2f us/search (user %.2f, sys %.2f; run %.2f)  switches %.3f/search\n", $3, $1, $2, $5, $4, $6, $8, $9, $10, $11, $12 + $13 }' >&2
   done
 }
@@ -680,7 +680,7 @@ AWK_MEDIAN='
   if [ "$FLOOR" = 1 ] && [ -s "$FLOOR_CSV" ]; then
     echo "## The floor: ICP's datagrams and nothing else"
     echo
-    echo "icp-floor (meshcache-wire's example) on core 1 after each round's four configurations: four processes on 127.0.0.51-54, each one epoll loop and one UDP socket, sending the round's searches (a QUERY to each of three siblings; each sibling answers MISS_NOFETCH) with no proxy around them, and the same loop without ICP. Extra CPU = icp − none of the same round; it is the least extra CPU per request that any implementation of ICP can have on this machine, and floor / Squid's overhead the least the target's ratio can be."
+    echo "The floor example (meshcache-dcm) on core 1 after each round's four configurations: four processes on 127.0.0.51-54, each one epoll loop and one UDP socket, sending the round's searches (a QUERY to each of three siblings; each sibling answers MISS_NOFETCH) with no proxy around them, and the same loop without ICP. Extra CPU = icp − none of the same round; it is the least extra CPU per request that any implementation of ICP can have on this machine, and floor / Squid's overhead the least the target's ratio can be."
     echo
     echo "| origin delay | floor load | floor CPU µs/search, icp / none | floor extra µs/req (per round) | meshcache extra | Squid extra | floor / Squid (per round) | meshcache − floor | Squid − floor |"
     echo "| ---: | --- | ---: | --- | ---: | ---: | --- | ---: | ---: |"
