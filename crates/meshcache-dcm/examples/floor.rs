@@ -93,6 +93,7 @@ struct Args {
     hit_ratio: f64,
     protocol: Protocol,
     store: u32,
+    capacity: u32,
     bits_per_entry: u8,
     threshold: f64,
     cpu: Option<usize>,
@@ -102,9 +103,10 @@ struct Args {
 
 fn usage() -> &'static str {
     "usage: floor [--protocol icp|summary|none] [--concurrency 4 | --rate R] [--requests 20000]\n\
-     \x20            [--hit-ratio 0] [--store 2000] [--bits-per-entry 8] [--threshold 0.01]\n\
-     \x20            [--nodes 4] [--first 127.0.0.51] [--port 3130] [--cpu N] [--timeout 120]\n\
-     (the summary protocol's inboxes use port + 1)"
+     \x20            [--hit-ratio 0] [--store 2000] [--capacity STORE] [--bits-per-entry 8]\n\
+     \x20            [--threshold 0.01] [--nodes 4] [--first 127.0.0.51] [--port 3130] [--cpu N]\n\
+     \x20            [--timeout 120]\n\
+     (the summary protocol's inboxes use port + 1; --capacity: what the summary is sized for)"
 }
 
 fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -118,6 +120,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         hit_ratio: 0.0,
         protocol: Protocol::Icp,
         store: 2_000,
+        capacity: 0,
         bits_per_entry: 8,
         threshold: meshcache_dcm::summary::DEFAULT_THRESHOLD,
         cpu: None,
@@ -139,6 +142,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--rate" => a.rate = num(&flag, it.next())?,
             "--hit-ratio" => a.hit_ratio = num(&flag, it.next())?,
             "--store" => a.store = num(&flag, it.next())?,
+            "--capacity" => a.capacity = num(&flag, it.next())?,
             "--bits-per-entry" => a.bits_per_entry = num(&flag, it.next())?,
             "--threshold" => a.threshold = num(&flag, it.next())?,
             "--cpu" => a.cpu = Some(num(&flag, it.next())?),
@@ -178,6 +182,9 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     }
     if a.store == 0 || !(1..=32).contains(&a.bits_per_entry) {
         return Err("--store must be at least 1 and --bits-per-entry 1 to 32".into());
+    }
+    if a.capacity == 0 {
+        a.capacity = a.store;
     }
     if !(0.001..=0.1).contains(&a.threshold) {
         return Err("--threshold: 0.001 to 0.1".into());
@@ -559,7 +566,7 @@ fn node(args: &Args, me: u8) -> Result<Spent, String> {
             // peers' first (empty) arrays itself; from then on only updates travel.
             let fresh = || {
                 LocalSummary::new(
-                    args.store,
+                    args.capacity,
                     args.bits_per_entry,
                     Hashing::DIGEST,
                     args.threshold,
@@ -768,6 +775,7 @@ fn parent(args: &Args) -> Result<(), String> {
             .args(["--rate", &args.rate.to_string()])
             .args(["--hit-ratio", &args.hit_ratio.to_string()])
             .args(["--store", &args.store.to_string()])
+            .args(["--capacity", &args.capacity.to_string()])
             .args(["--bits-per-entry", &args.bits_per_entry.to_string()])
             .args(["--threshold", &args.threshold.to_string()])
             .args(["--protocol", args.protocol.name()])
