@@ -11,10 +11,11 @@
 //!   (`PeerSummaries`, the proxy's own state machine); a peer whose summary says "maybe" gets
 //!   a `QUERY` (every one of them a false hit: nodes never share a key). Then the key enters
 //!   the node's store (a ring of `--store` keys, the oldest evicted) and its counting filter
-//!   (`LocalSummary`). When the paper's threshold of changes is passed, at most every 250 ms,
-//!   the pending changes go to every peer as `ICP_OP_DIRUPDATE` datagrams, to an inbox socket
-//!   that nothing waits on and that is read before a lookup at most every 50 ms (or once a
-//!   second when idle), as the proxy does.
+//!   (`LocalSummary`, sized for `--capacity` documents; by default the store's size). When
+//!   the paper's threshold of changes is passed, at most every 250 ms, the pending changes go
+//!   to every peer as `ICP_OP_DIRUPDATE` datagrams, to an inbox socket that nothing waits on
+//!   and that is read before a lookup at most every 50 ms (or once a second when idle), as
+//!   the proxy does.
 //! - `none`: nothing (the miss ends as it starts), so that `protocol − none` is the floor of
 //!   that protocol's *extra* CPU per request.
 //!
@@ -340,7 +341,8 @@ struct Summary {
     peers: PeerSummaries,
     /// The node's store, oldest first: the keys its summary holds.
     store: VecDeque<[u8; 16]>,
-    capacity: usize,
+    /// How many objects the store holds (`--store`).
+    holds: usize,
     inbox: std::net::UdpSocket,
     inbox_read: Instant,
     sent: Instant,
@@ -431,7 +433,7 @@ impl Node<'_> {
         };
         s.local.admitted(&key);
         s.store.push_back(key);
-        while s.store.len() > s.capacity {
+        while s.store.len() > s.holds {
             if let Some(old) = s.store.pop_front() {
                 s.local.removed(&old);
             }
@@ -586,7 +588,7 @@ fn node(args: &Args, me: u8) -> Result<Spent, String> {
                 local,
                 peers,
                 store: VecDeque::with_capacity(args.store as usize + 1),
-                capacity: args.store as usize,
+                holds: args.store as usize,
                 inbox,
                 inbox_read: now,
                 sent: now,
