@@ -690,7 +690,7 @@ AWK_MEDIAN='
       file == 2 { f[$1, $2, $3] = $8; load[$1] = $4; lost[$1] += $6 }
       END {
         for (i = 1; i <= nd; i++) {
-          d = delays[i]; fl = ""; fr = ""; mi = ""; ni = ""; me = ""; sq = ""; mf = ""; sf = ""
+          d = delays[i]; fl = ""; fr = ""; me = ""; sq = ""; mf = ""; sf = ""
           for (r = 1; r <= maxr; r++) {
             if (!(((d, r, "icp") in f) && ((d, r, "none") in f))) continue
             x = f[d, r, "icp"] - f[d, r, "none"]; fl = fl " " x; add("fi" d, f[d, r, "icp"]); add("fn" d, f[d, r, "none"])
