@@ -100,6 +100,8 @@ struct Args {
     cpu: Option<usize>,
     timeout: Duration,
     node: Option<u8>,
+    /// `--datagram-cost N`: time N datagrams sent to and read back from one socket instead.
+    datagram_cost: u64,
 }
 
 fn usage() -> &'static str {
@@ -107,6 +109,7 @@ fn usage() -> &'static str {
      \x20            [--hit-ratio 0] [--store 2000] [--capacity STORE] [--bits-per-entry 8]\n\
      \x20            [--threshold 0.01] [--nodes 4] [--first 127.0.0.51] [--port 3130] [--cpu N]\n\
      \x20            [--timeout 120]\n\
+     \x20      floor --datagram-cost N [--cpu N] [--first 127.0.0.51] [--port 3130]\n\
      (the summary protocol's inboxes use port + 1; --capacity: what the summary is sized for)"
 }
 
@@ -127,6 +130,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         cpu: None,
         timeout: Duration::from_secs(120),
         node: None,
+        datagram_cost: 0,
     };
     fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
@@ -148,6 +152,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--threshold" => a.threshold = num(&flag, it.next())?,
             "--cpu" => a.cpu = Some(num(&flag, it.next())?),
             "--timeout" => a.timeout = Duration::from_secs(num(&flag, it.next())?),
+            "--datagram-cost" => a.datagram_cost = num(&flag, it.next())?,
             "--node" => a.node = Some(num(&flag, it.next())?),
             "--protocol" => {
                 a.protocol = match it.next().as_deref() {
@@ -198,8 +203,9 @@ fn address(args: &Args, node: u8, port: u16) -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(ip, port))
 }
 
-/// What a node did and spent, read from `/proc/self` when it is done.
-#[derive(Debug, Default, Clone, Copy)]
+/// What a node did and spent, read from `/proc/self` when it is done. A node prints it as one
+/// JSON line; the parent adds them up.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Spent {
     requests: u64,
     misses: u64,
@@ -254,55 +260,6 @@ impl Spent {
             involuntary: switches("nonvoluntary_ctxt_switches:"),
             ..Spent::default()
         })
-    }
-
-    fn fields(&self) -> [(&'static str, String); 12] {
-        [
-            ("requests", self.requests.to_string()),
-            ("misses", self.misses.to_string()),
-            ("lost", self.lost.to_string()),
-            ("answered", self.answered.to_string()),
-            ("queries", self.queries.to_string()),
-            ("updates", self.updates.to_string()),
-            ("update_bytes", self.update_bytes.to_string()),
-            ("utime_s", self.utime_s.to_string()),
-            ("stime_s", self.stime_s.to_string()),
-            ("run_ns", self.run_ns.to_string()),
-            ("voluntary", self.voluntary.to_string()),
-            ("involuntary", self.involuntary.to_string()),
-        ]
-    }
-
-    fn line(&self) -> String {
-        let fields: Vec<String> = self
-            .fields()
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        fields.join(" ")
-    }
-
-    fn from_line(line: &str) -> Option<Spent> {
-        let mut s = Spent::default();
-        for kv in line.split_whitespace() {
-            let (k, v) = kv.split_once('=')?;
-            match k {
-                "requests" => s.requests = v.parse().ok()?,
-                "misses" => s.misses = v.parse().ok()?,
-                "lost" => s.lost = v.parse().ok()?,
-                "answered" => s.answered = v.parse().ok()?,
-                "queries" => s.queries = v.parse().ok()?,
-                "updates" => s.updates = v.parse().ok()?,
-                "update_bytes" => s.update_bytes = v.parse().ok()?,
-                "utime_s" => s.utime_s = v.parse().ok()?,
-                "stime_s" => s.stime_s = v.parse().ok()?,
-                "run_ns" => s.run_ns = v.parse().ok()?,
-                "voluntary" => s.voluntary = v.parse().ok()?,
-                "involuntary" => s.involuntary = v.parse().ok()?,
-                _ => return None,
-            }
-        }
-        Some(s)
     }
 
     fn add(&mut self, o: &Spent) {
@@ -735,12 +692,27 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.datagram_cost > 0 {
+        return match datagram_cost(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("floor: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(me) = args.node {
         return match node(&args, me) {
-            Ok(spent) => {
-                println!("{}", spent.line());
-                ExitCode::SUCCESS
-            }
+            Ok(spent) => match serde_json::to_string(&spent) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("floor: {e}");
+                    ExitCode::FAILURE
+                }
+            },
             Err(e) => {
                 eprintln!("floor: {e}");
                 ExitCode::FAILURE
@@ -754,6 +726,55 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The kernel's cost of one loopback datagram with nobody to wake: one socket sends to itself
+/// and reads the datagram back, `--datagram-cost` times; beside it, a read that finds nothing
+/// (a system call that does no work). Pinned to `--cpu` when given.
+fn datagram_cost(args: &Args) -> Result<(), String> {
+    if let Some(cpu) = args.cpu {
+        let mut set = rustix::thread::CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set).map_err(|e| format!("pin to {cpu}: {e}"))?;
+    }
+    let here = address(args, 0, args.port);
+    let socket = std::net::UdpSocket::bind(here).map_err(|e| format!("bind {here}: {e}"))?;
+    let mut out = Vec::new();
+    icp::encode(
+        &Message::query(1, "http://127.0.0.1:8080/floor/4096"),
+        &mut out,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 2048];
+    let n = args.datagram_cost;
+    let t = Instant::now();
+    for _ in 0..n {
+        socket
+            .send_to(&out, here)
+            .map_err(|e| format!("send: {e}"))?;
+        socket
+            .recv_from(&mut buf)
+            .map_err(|e| format!("recv: {e}"))?;
+    }
+    let datagram = t.elapsed();
+    socket
+        .set_nonblocking(true)
+        .map_err(|e| format!("non-blocking: {e}"))?;
+    let t = Instant::now();
+    for _ in 0..n {
+        if socket.recv_from(&mut buf).is_ok() {
+            return Err("a datagram nobody sent".into());
+        }
+    }
+    let empty = t.elapsed();
+    let per = |d: Duration| d.as_nanos() as f64 / n as f64;
+    println!(
+        "datagrams={n} bytes={} send_and_recv_ns={:.0} empty_recv_ns={:.0}",
+        out.len(),
+        per(datagram),
+        per(empty)
+    );
+    Ok(())
 }
 
 /// Start every node, wait, and print the totals per request.
@@ -812,8 +833,8 @@ fn parent(args: &Args) -> Result<(), String> {
             .read_to_string(&mut text)
             .map_err(|e| format!("node {n}: {e}"))?;
         let status = child.wait().map_err(|e| format!("node {n}: {e}"))?;
-        match (status.success(), Spent::from_line(text.trim())) {
-            (true, Some(s)) => total.add(&s),
+        match (status.success(), serde_json::from_str::<Spent>(text.trim())) {
+            (true, Ok(s)) => total.add(&s),
             _ => failed.push(n),
         }
     }
