@@ -250,8 +250,9 @@ impl IcpMesh {
         self.begin_guided(now, url, host, hierarchical, |_| true)
     }
 
-    /// As [`IcpMesh::begin`], querying only the peers `candidate` accepts: Summary Cache's
-    /// search, where a peer is asked only when its summary says it may hold the object. With
+    /// As [`IcpMesh::begin`], querying only the peers `candidate` accepts: a step of Summary
+    /// Cache's search ([`crate::summary::Walk`]), where a peer is asked only when its summary
+    /// says it may hold the object. With
     /// no sibling and at most one parent left, nothing is sent.
     pub fn begin_guided(
         &mut self,

@@ -5,9 +5,9 @@
 //! - **admission**: which cache a client talks to; the lab assigns clients, a node accepts.
 //! - **search**: how a miss looks for a copy among neighbours ([`icp`]: query every eligible
 //!   peer in parallel; [`summary`]: ask only the peers whose summary says "maybe" — Summary
-//!   Cache's ICP queries, or Cache Digests' straight fetch; [`directory`]: ask the URL's
-//!   directory owner, then α holders; [`multicast`]: one query to a multicast group, answered
-//!   by holders only).
+//!   Cache's ICP queries, one peer at a time, or Cache Digests' straight fetch; [`directory`]:
+//!   ask the URL's directory owner, then α holders; [`multicast`]: one query to a multicast
+//!   group, answered by holders only).
 //! - **decision**: which neighbour serves it ([`select`]: first HIT; else the first or closest
 //!   parent MISS, weighted; else other parents, the default parent, then the origin; [`carp`]:
 //!   no search at all, CARP hashing of the URL picks the parent).

@@ -20,10 +20,11 @@
 //!   then a miss for everything, never a hit for everything.
 //!
 //! On a miss, [`PeerSummaries::candidates`] names the peers whose summary says "maybe":
-//! Summary Cache queries just those by ICP, Cache Digests goes straight to them. Every
-//! lookup, summary hit and false hit is counted per peer, so the false-positive rate can be
-//! compared with the Bloom formula.
+//! Summary Cache asks just those by ICP, one at a time ([`Walk`]); Cache Digests goes straight
+//! to them. Every lookup, summary hit and false hit is counted per peer, so the false-positive
+//! rate can be compared with the Bloom formula.
 
+use std::cmp::Reverse;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,9 @@ use meshcache_summary::{BitChange, BloomArray, CacheDigest, CountingBloom, Hashi
 use meshcache_wire::summary::{DirUpdate, FullArray, HashParams, Update, MAX_UPDATES_PER_DATAGRAM};
 use serde::Serialize;
 
-use crate::peer::PeerId;
+use crate::icp::{IcpMesh, Search};
+use crate::peer::{PeerId, Role};
+use crate::select::{Hop, Route};
 
 /// The paper's default share of changed documents that triggers an update (1 %).
 pub const DEFAULT_THRESHOLD: f64 = 0.01;
@@ -289,6 +292,83 @@ impl LocalSummary {
     /// the documents added and the documents removed.
     pub fn changed_docs(&self) -> u64 {
         self.added_docs.max(self.removed_docs)
+    }
+}
+
+/// Summary Cache's search of one miss: the peers whose summary says "maybe", asked by ICP one
+/// at a time.
+///
+/// A summary hit is nearly always a real one (a false hit is as rare as the Bloom filter's
+/// false-positive rate, about 1 % a lookup at 8 bits per entry), and an object that several
+/// peers hold is in several summaries. Asking every candidate at once would cost a query and a
+/// reply per holder to find one copy (in the lab's four-sibling workload with remote hits, a
+/// third of the queries). So the sibling with the shortest ICP round trip is asked first, and
+/// the next only after a MISS: a false hit falls through to the next candidate, and after the
+/// last to the parents or the origin. The last step also asks the parents whose summary says
+/// "maybe" (their MISSes rank them, as in ICP), so a walk that finds nothing ends on the route
+/// ICP would take. A timeout ends the walk: the wait it allowed is spent.
+///
+/// The driver calls [`Walk::step`] and runs the search it returns, until [`Walk::ends`] says
+/// the route it got is final.
+#[derive(Clone, Debug)]
+pub struct Walk {
+    /// Sibling candidates not asked yet; the next one last.
+    siblings: Vec<PeerId>,
+    /// Parent candidates, asked with the last sibling.
+    parents: Vec<PeerId>,
+    /// The sibling the current step asks.
+    asked: Option<PeerId>,
+}
+
+impl Walk {
+    /// The walk over `hits`, the candidates of a miss. Siblings are asked only for
+    /// `hierarchical` requests (as [`IcpMesh::begin`] does).
+    pub fn new(mesh: &IcpMesh, hits: &[PeerId], hierarchical: bool) -> Walk {
+        let peers = mesh.peers();
+        let role = |id: &PeerId| peers.get(id.0).map(|p| p.spec.role);
+        let mut siblings: Vec<PeerId> = hits
+            .iter()
+            .filter(|id| hierarchical && role(id) == Some(Role::Sibling))
+            .copied()
+            .collect();
+        // Fastest last, so that `pop` takes it; peers never heard from after every measured one.
+        siblings.sort_by_key(|id| Reverse((peers[id.0].rtt_ms.unwrap_or(u32::MAX), id.0)));
+        let parents = hits
+            .iter()
+            .filter(|id| role(id) == Some(Role::Parent))
+            .copied()
+            .collect();
+        Walk {
+            siblings,
+            parents,
+            asked: None,
+        }
+    }
+
+    /// Starts the next step: the next sibling alone, or the last one with the parent
+    /// candidates. With nothing left to ask, the search is decided at once (the parents or the
+    /// origin).
+    pub fn step(
+        &mut self,
+        mesh: &mut IcpMesh,
+        now: Instant,
+        url: &str,
+        host: &str,
+        hierarchical: bool,
+    ) -> Search {
+        self.asked = self.siblings.pop();
+        let (asked, last, parents) = (self.asked, self.siblings.is_empty(), &self.parents);
+        mesh.begin_guided(now, url, host, hierarchical, |p| {
+            Some(p) == asked || (last && parents.contains(&p))
+        })
+    }
+
+    /// Whether `route`, what the step just taken decided, is the search's answer: the sibling
+    /// it asked has the object, the step timed out, or nobody is left to ask.
+    pub fn ends(&self, route: &Route) -> bool {
+        self.siblings.is_empty()
+            || route.timed_out
+            || matches!(route.hops.first(), Some(Hop::Peer { peer, .. }) if Some(*peer) == self.asked)
     }
 }
 
@@ -870,5 +950,208 @@ mod tests {
             l.admitted(&key(i));
         }
         assert_eq!(l.resize_to(10), Some(195));
+    }
+
+    mod walk {
+        use std::net::SocketAddr;
+
+        use super::super::*;
+        use crate::icp::{IcpConfig, Outcome, Reply, ReplyKind};
+        use crate::peer::PeerSpec;
+        use crate::HierCode;
+
+        const URL: &str = "http://a.test/x";
+
+        fn addr(last: u8, port: u16) -> SocketAddr {
+            SocketAddr::from(([127, 0, 0, last], port))
+        }
+
+        /// Peers on 127.0.0.2 and up: `roles[i]` is peer i's role. Each has answered a first
+        /// search, peer i after i + 1 ms (peer 0 is the fastest), except the ones `slow` names,
+        /// which took 20 ms.
+        fn mesh(roles: &[Role], slow: &[usize], now: Instant) -> IcpMesh {
+            let specs = roles
+                .iter()
+                .enumerate()
+                .map(|(i, &role)| {
+                    let n = 2 + i as u8;
+                    PeerSpec::new(&format!("p{i}"), role, addr(n, 3128), Some(addr(n, 3130)))
+                })
+                .collect();
+            let mut mesh = IcpMesh::new(specs, IcpConfig::default());
+            let first = mesh.begin(now, "http://warm/", "warm", true);
+            for (i, (id, a)) in first.queries.into_iter().enumerate() {
+                let ms = if slow.contains(&id.0) {
+                    20
+                } else {
+                    i as u64 + 1
+                };
+                let reply = answer(ReplyKind::Miss, first.reqnum, "http://warm/");
+                mesh.on_reply(now + Duration::from_millis(ms), a, reply);
+            }
+            mesh
+        }
+
+        fn answer(kind: ReplyKind, reqnum: u32, url: &str) -> Reply<'_> {
+            Reply {
+                kind,
+                reqnum,
+                url,
+                src_rtt_ms: None,
+            }
+        }
+
+        fn asked(search: &Search) -> Vec<usize> {
+            search.queries.iter().map(|(id, _)| id.0).collect()
+        }
+
+        #[test]
+        fn candidates_are_asked_one_at_a_time_fastest_first() {
+            let now = Instant::now();
+            let roles = [Role::Sibling; 3];
+            let mut mesh = mesh(&roles, &[0], now);
+            let mut walk = Walk::new(&mesh, &[PeerId(0), PeerId(1)], true);
+            let first = walk.step(&mut mesh, now, URL, "a.test", true);
+            assert_eq!(asked(&first), vec![1], "the faster candidate alone");
+            assert!(matches!(first.outcome, Outcome::Wait { .. }));
+            // A false hit: its MISS decides the step, and the walk goes on.
+            let (_, route) = mesh
+                .on_reply(
+                    now,
+                    addr(3, 3130),
+                    answer(ReplyKind::Miss, first.reqnum, URL),
+                )
+                .expect("the only expected reply decides");
+            assert_eq!(route, Route::direct());
+            assert!(!walk.ends(&route));
+            let second = walk.step(&mut mesh, now, URL, "a.test", true);
+            assert_eq!(asked(&second), vec![0]);
+            let (_, route) = mesh
+                .on_reply(
+                    now,
+                    addr(2, 3130),
+                    answer(ReplyKind::Hit, second.reqnum, URL),
+                )
+                .expect("a hit decides");
+            assert_eq!(
+                route.hops[0],
+                Hop::Peer {
+                    peer: PeerId(0),
+                    code: HierCode::SiblingHit
+                }
+            );
+            assert!(walk.ends(&route));
+            assert_eq!(mesh.in_flight(), 0);
+        }
+
+        #[test]
+        fn a_hit_ends_the_walk_after_one_query() {
+            let now = Instant::now();
+            let mut mesh = mesh(&[Role::Sibling; 3], &[], now);
+            let mut walk = Walk::new(&mesh, &[PeerId(2), PeerId(0), PeerId(1)], true);
+            let first = walk.step(&mut mesh, now, URL, "a.test", true);
+            assert_eq!(asked(&first), vec![0]);
+            let (_, route) = mesh
+                .on_reply(
+                    now,
+                    addr(2, 3130),
+                    answer(ReplyKind::Hit, first.reqnum, URL),
+                )
+                .expect("a hit decides");
+            assert!(walk.ends(&route));
+        }
+
+        #[test]
+        fn the_last_step_asks_the_parent_candidates_too() {
+            let now = Instant::now();
+            let roles = [Role::Sibling, Role::Sibling, Role::Parent, Role::Parent];
+            let mut mesh = mesh(&roles, &[], now);
+            let hits = [PeerId(0), PeerId(1), PeerId(2), PeerId(3)];
+            let mut walk = Walk::new(&mesh, &hits, true);
+            let first = walk.step(&mut mesh, now, URL, "a.test", true);
+            assert_eq!(asked(&first), vec![0], "parents wait for the last sibling");
+            let (_, route) = mesh
+                .on_reply(
+                    now,
+                    addr(2, 3130),
+                    answer(ReplyKind::Miss, first.reqnum, URL),
+                )
+                .expect("decided");
+            assert!(!walk.ends(&route));
+            let last = walk.step(&mut mesh, now, URL, "a.test", true);
+            assert_eq!(asked(&last), vec![1, 2, 3]);
+            for n in [3, 4] {
+                let r = answer(ReplyKind::Miss, last.reqnum, URL);
+                assert_eq!(mesh.on_reply(now, addr(n, 3130), r), None);
+            }
+            let r = answer(ReplyKind::Miss, last.reqnum, URL);
+            let t = now + Duration::from_millis(1);
+            let (_, route) = mesh.on_reply(t, addr(5, 3130), r).expect("all in");
+            // The parent whose MISS came first leads, as in ICP.
+            assert_eq!(
+                route.hops[0],
+                Hop::Peer {
+                    peer: PeerId(2),
+                    code: HierCode::FirstParentMiss
+                }
+            );
+            assert!(walk.ends(&route));
+            // Without sibling candidates, the parents are asked at once.
+            let mut walk = Walk::new(&mesh, &[PeerId(2), PeerId(3)], true);
+            assert_eq!(
+                asked(&walk.step(&mut mesh, now, URL, "a.test", true)),
+                vec![2, 3]
+            );
+        }
+
+        #[test]
+        fn a_timeout_ends_the_walk() {
+            let now = Instant::now();
+            let mut mesh = mesh(&[Role::Sibling; 2], &[], now);
+            let mut walk = Walk::new(&mesh, &[PeerId(0), PeerId(1)], true);
+            let first = walk.step(&mut mesh, now, URL, "a.test", true);
+            let Outcome::Wait { deadline } = first.outcome else {
+                panic!("waits for the reply")
+            };
+            let route = mesh.on_deadline(deadline, first.reqnum).expect("undecided");
+            assert!(route.timed_out);
+            assert!(walk.ends(&route), "the second candidate is not asked");
+        }
+
+        #[test]
+        fn a_sibling_nobody_waits_for_passes_the_turn_at_once() {
+            let now = Instant::now();
+            let mut mesh = mesh(&[Role::Sibling; 2], &[], now);
+            // Peer 0 stays silent past the dead-peer time: queried, not waited for.
+            let later = now + IcpConfig::default().dead_after + Duration::from_secs(1);
+            let probe = mesh.begin(now, "http://probe/", "probe", true);
+            mesh.on_reply(
+                now,
+                addr(3, 3130),
+                answer(ReplyKind::Miss, probe.reqnum, "http://probe/"),
+            );
+            let mut walk = Walk::new(&mesh, &[PeerId(0), PeerId(1)], true);
+            let first = walk.step(&mut mesh, later, URL, "a.test", true);
+            assert_eq!(asked(&first), vec![0]);
+            let Outcome::Decided(route) = first.outcome else {
+                panic!("nobody to wait for")
+            };
+            assert!(!walk.ends(&route));
+            let second = walk.step(&mut mesh, later, URL, "a.test", true);
+            assert_eq!(asked(&second), vec![1]);
+        }
+
+        #[test]
+        fn requests_that_must_not_ask_siblings_do_not() {
+            let now = Instant::now();
+            let mut mesh = mesh(&[Role::Sibling; 2], &[], now);
+            let mut walk = Walk::new(&mesh, &[PeerId(0), PeerId(1)], false);
+            let s = walk.step(&mut mesh, now, URL, "a.test", false);
+            assert!(s.queries.is_empty());
+            let Outcome::Decided(route) = s.outcome else {
+                panic!("decided at once")
+            };
+            assert!(walk.ends(&route));
+        }
     }
 }

@@ -288,7 +288,8 @@ pub enum Protocol {
     /// ICP v2 queries to siblings and parents (RFC 2186/2187, as Squid speaks it).
     Icp,
     /// Summary Cache (SC-ICP): peers exchange Bloom-filter summaries (delta updates by ICP,
-    /// whole arrays over HTTP) and a miss is ICP-queried only at peers whose summary says hit.
+    /// whole arrays over HTTP) and a miss is ICP-queried only at peers whose summary says hit,
+    /// one at a time.
     Summary,
     /// Squid's Cache Digests: peers' digests are fetched over HTTP and a miss goes straight
     /// to a peer whose digest says hit, with no query at all.

@@ -12,7 +12,7 @@
 //! Per protocol, `route` hands the search to its own driver: [`crate::directory`] (a lookup
 //! at the URL's owner, then α holders), [`crate::multicast`] (one query to the group, or to
 //! each member, answered by holders only), CARP (no search), the summaries (queries only where
-//! a summary says hit, or none for digests), or plain ICP.
+//! a summary says hit, one peer at a time, or none for digests), or plain ICP.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,6 +26,7 @@ use http::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use ipnet::IpNet;
 use meshcache_dcm::icp::{Outcome, Search};
+use meshcache_dcm::summary::Walk;
 use meshcache_dcm::{
     HierCode, Hop, IcpConfig, IcpMesh, PeerId, PeerSpec, Reply, ReplyKind, Role, Route,
 };
@@ -317,9 +318,7 @@ impl Coop {
                         .lock()
                         .digest_route(now, host, hierarchical, &hits);
                 }
-                self.mesh
-                    .lock()
-                    .begin_guided(now, url, host, hierarchical, |p| hits.contains(&p))
+                return self.walk(url, host, hierarchical, &hits).await;
             }
         };
         let Search {
@@ -333,6 +332,34 @@ impl Coop {
             }
         })
         .await
+    }
+
+    /// Summary Cache's search: the candidates `hits` asked one at a time ([`Walk`]).
+    async fn walk(&self, url: &str, host: &str, hierarchical: bool, hits: &[PeerId]) -> Route {
+        let mut walk = Walk::new(&self.mesh.lock(), hits, hierarchical);
+        loop {
+            let Search {
+                reqnum,
+                queries,
+                outcome,
+            } = walk.step(
+                &mut self.mesh.lock(),
+                Instant::now(),
+                url,
+                host,
+                hierarchical,
+            );
+            let route = self
+                .search(reqnum, outcome, async {
+                    if !queries.is_empty() {
+                        self.send_queries(reqnum, url, &queries).await;
+                    }
+                })
+                .await;
+            if walk.ends(&route) {
+                return route;
+            }
+        }
     }
 
     /// Runs search `reqnum`: registers its waiter before `send` sends its messages (a fast

@@ -843,9 +843,19 @@ impl<'a> Sim<'a> {
 
     /// Search `reqnum` at `node` is decided: its job follows `route`.
     pub(crate) fn decided(&mut self, node: NodeIx, reqnum: u32, route: Route, t: u64) {
-        if let Some(job) = self.nodes[node as usize].searches.remove(&reqnum) {
-            self.follow(job, route, t);
-        }
+        let Some(job) = self.nodes[node as usize].searches.remove(&reqnum) else {
+            return;
+        };
+        let route = if self.spec.protocol.name == Protocol::Summary {
+            // A step of Summary Cache's walk: it may ask the next candidate instead.
+            match crate::proto::summary::step_decided(self, job, node, reqnum, route, t) {
+                Some(route) => route,
+                None => return,
+            }
+        } else {
+            route
+        };
+        self.follow(job, route, t);
     }
 
     pub(crate) fn send_datagram(

@@ -114,8 +114,8 @@ pub enum Protocol {
     /// ICP: query every sibling (and parents, when more than one) on every miss.
     #[default]
     Icp,
-    /// Summary Cache: ICP queries only to the peers whose Bloom-filter summary says "maybe";
-    /// summaries updated by delta messages.
+    /// Summary Cache: ICP queries only to the peers whose Bloom-filter summary says "maybe",
+    /// one at a time; summaries updated by delta messages.
     Summary,
     /// Squid's Cache Digests: whole digests fetched periodically, no queries.
     Digest,

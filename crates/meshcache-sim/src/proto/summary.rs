@@ -26,8 +26,9 @@
 //!   installs it or rejects it. A digest is fetched again when it expires (its `Expires`, whole
 //!   seconds, clamped to 1 s..`digest_interval`).
 //! - `Coop::route`: the peers whose summary may hold the object; none and no parent: the
-//!   origin, no search; `digest`: `digest_route`, no query; `summary`: `begin_guided` queries
-//!   just them. An ICP MISS from a queried peer, or a 504 from a digest's sibling, is a false
+//!   origin, no search; `digest`: `digest_route`, no query; `summary`: `Coop::walk` asks
+//!   them one at a time ([`Walk`], each step a `begin_guided` search; [`step_decided`] takes
+//!   the next step when a step ends without the answer). An ICP MISS from a queried peer, or a 504 from a digest's sibling, is a false
 //!   hit.
 //!
 //! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are
@@ -42,12 +43,12 @@
 //! (the engine tells a protocol of a sibling's 504, not of a parent's miss). With `summary`
 //! the proxy also rebuilds a digest for Squid peers; nobody fetches it here, so it is not built.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshcache_dcm::summary::{LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
+use meshcache_dcm::summary::{LocalSummary, PeerSummaries, Rejection, UpdateVerdict, Walk};
 use meshcache_dcm::{Outcome, PeerId, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
 use meshcache_summary::{CacheDigest, DigestError, Hashing};
@@ -129,6 +130,9 @@ pub(crate) struct NodeState {
     bad_updates: u64,
     served: u64,
     served_bytes: u64,
+    /// Summary Cache's searches under way, and their objects, by the request number of their
+    /// current step.
+    walks: HashMap<u32, (Walk, u32)>,
 }
 
 impl NodeState {
@@ -180,6 +184,7 @@ impl NodeState {
             bad_updates: 0,
             served: 0,
             served_bytes: 0,
+            walks: HashMap::new(),
         };
         if p.name == Protocol::Digest {
             s.publish(0, ns(p.digest_interval));
@@ -241,11 +246,57 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         sim.start_search(job, node, 0, Outcome::Decided(route), t);
         return;
     }
-    let search = n
-        .mesh
-        .begin_guided(at, &o.url, &o.host, true, |p| hits.contains(&p));
-    sim.send_icp_queries(node, obj, search.reqnum, &search.queries, t);
-    sim.start_search(job, node, search.reqnum, search.outcome, t);
+    let walk = Walk::new(&n.mesh, &hits, true);
+    walk_on(sim, job, node, obj, walk, t);
+}
+
+/// Takes `walk`'s next steps (`Coop::walk`): those decided at once follow one another, and
+/// the first that waits for a reply is left to [`step_decided`].
+fn walk_on(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, mut walk: Walk, t: u64) {
+    let at = sim.at(t);
+    let o = &sim.trace.objects[obj as usize];
+    loop {
+        let search = walk.step(
+            &mut sim.nodes[node as usize].mesh,
+            at,
+            &o.url,
+            &o.host,
+            true,
+        );
+        sim.send_icp_queries(node, obj, search.reqnum, &search.queries, t);
+        match search.outcome {
+            Outcome::Decided(route) if !walk.ends(&route) => continue,
+            outcome => {
+                if matches!(outcome, Outcome::Wait { .. }) {
+                    sim.proto.summary[node as usize]
+                        .walks
+                        .insert(search.reqnum, (walk, obj));
+                }
+                sim.start_search(job, node, search.reqnum, outcome, t);
+                return;
+            }
+        }
+    }
+}
+
+/// Step `reqnum` of a Summary Cache search at `node` decided `route` (a reply or its
+/// deadline): the route to follow, or `None` when the walk asked its next candidate.
+pub(crate) fn step_decided(
+    sim: &mut Sim<'_>,
+    job: u32,
+    node: NodeIx,
+    reqnum: u32,
+    route: Route,
+    t: u64,
+) -> Option<Route> {
+    let Some((walk, obj)) = sim.proto.summary[node as usize].walks.remove(&reqnum) else {
+        return Some(route);
+    };
+    if walk.ends(&route) {
+        return Some(route);
+    }
+    walk_on(sim, job, node, obj, walk, t);
+    None
 }
 
 /// An ICP reply to a summary search (`respond`, reply branch): a MISS from a peer whose
