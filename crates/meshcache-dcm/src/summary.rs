@@ -302,7 +302,7 @@ impl LocalSummary {
 /// false-positive rate, about 1 % a lookup at 8 bits per entry), and an object that several
 /// peers hold is in several summaries. Asking every candidate at once would cost a query and a
 /// reply per holder to find one copy (in the lab's four-sibling workload with remote hits, a
-/// third of the queries). So the sibling with the shortest ICP round trip is asked first, and
+/// quarter of the queries). So the sibling with the shortest ICP round trip is asked first, and
 /// the next only after a MISS: a false hit falls through to the next candidate, and after the
 /// last to the parents or the origin. The last step also asks the parents whose summary says
 /// "maybe" (their MISSes rank them, as in ICP), so a walk that finds nothing ends on the route
