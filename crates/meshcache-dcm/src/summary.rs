@@ -366,9 +366,11 @@ impl Walk {
     /// Whether `route`, what the step just taken decided, is the search's answer: the sibling
     /// it asked has the object, the step timed out, or nobody is left to ask.
     pub fn ends(&self, route: &Route) -> bool {
-        self.siblings.is_empty()
-            || route.timed_out
-            || matches!(route.hops.first(), Some(Hop::Peer { peer, .. }) if Some(*peer) == self.asked)
+        let first = match route.hops.first() {
+            Some(Hop::Peer { peer, .. }) => Some(*peer),
+            _ => None,
+        };
+        self.siblings.is_empty() || route.timed_out || (first.is_some() && first == self.asked)
     }
 }
 

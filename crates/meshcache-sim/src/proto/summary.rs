@@ -28,8 +28,8 @@
 //! - `Coop::route`: the peers whose summary may hold the object; none and no parent: the
 //!   origin, no search; `digest`: `digest_route`, no query; `summary`: `Coop::walk` asks
 //!   them one at a time ([`Walk`], each step a `begin_guided` search; [`step_decided`] takes
-//!   the next step when a step ends without the answer). An ICP MISS from a queried peer, or a 504 from a digest's sibling, is a false
-//!   hit.
+//!   the next step when a step ends without the answer). An ICP MISS from a queried peer, or
+//!   a 504 from a digest's sibling, is a false hit.
 //!
 //! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are
 //! [`Ev::Tick`]s (work a serial replay waits for); digest rebuilds, refreshes and retries after a refused summary
