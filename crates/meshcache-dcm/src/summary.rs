@@ -1003,6 +1003,20 @@ mod tests {
             }
         }
 
+        /// Peer `peer`'s reply of `kind` to search `reqnum` for [`URL`], at `at`: the route, when
+        /// it decides the search.
+        fn reply(
+            mesh: &mut IcpMesh,
+            at: Instant,
+            peer: u8,
+            kind: ReplyKind,
+            reqnum: u32,
+        ) -> Option<Route> {
+            let from = addr(2 + peer, 3130);
+            mesh.on_reply(at, from, answer(kind, reqnum, URL))
+                .map(|(_, route)| route)
+        }
+
         fn asked(search: &Search) -> Vec<usize> {
             search.queries.iter().map(|(id, _)| id.0).collect()
         }
@@ -1017,24 +1031,14 @@ mod tests {
             assert_eq!(asked(&first), vec![1], "the faster candidate alone");
             assert!(matches!(first.outcome, Outcome::Wait { .. }));
             // A false hit: its MISS decides the step, and the walk goes on.
-            let (_, route) = mesh
-                .on_reply(
-                    now,
-                    addr(3, 3130),
-                    answer(ReplyKind::Miss, first.reqnum, URL),
-                )
+            let route = reply(&mut mesh, now, 1, ReplyKind::Miss, first.reqnum)
                 .expect("the only expected reply decides");
             assert_eq!(route, Route::direct());
             assert!(!walk.ends(&route));
             let second = walk.step(&mut mesh, now, URL, "a.test", true);
             assert_eq!(asked(&second), vec![0]);
-            let (_, route) = mesh
-                .on_reply(
-                    now,
-                    addr(2, 3130),
-                    answer(ReplyKind::Hit, second.reqnum, URL),
-                )
-                .expect("a hit decides");
+            let route =
+                reply(&mut mesh, now, 0, ReplyKind::Hit, second.reqnum).expect("a hit decides");
             assert_eq!(
                 route.hops[0],
                 Hop::Peer {
@@ -1053,13 +1057,8 @@ mod tests {
             let mut walk = Walk::new(&mesh, &[PeerId(2), PeerId(0), PeerId(1)], true);
             let first = walk.step(&mut mesh, now, URL, "a.test", true);
             assert_eq!(asked(&first), vec![0]);
-            let (_, route) = mesh
-                .on_reply(
-                    now,
-                    addr(2, 3130),
-                    answer(ReplyKind::Hit, first.reqnum, URL),
-                )
-                .expect("a hit decides");
+            let route =
+                reply(&mut mesh, now, 0, ReplyKind::Hit, first.reqnum).expect("a hit decides");
             assert!(walk.ends(&route));
         }
 
@@ -1072,23 +1071,18 @@ mod tests {
             let mut walk = Walk::new(&mesh, &hits, true);
             let first = walk.step(&mut mesh, now, URL, "a.test", true);
             assert_eq!(asked(&first), vec![0], "parents wait for the last sibling");
-            let (_, route) = mesh
-                .on_reply(
-                    now,
-                    addr(2, 3130),
-                    answer(ReplyKind::Miss, first.reqnum, URL),
-                )
-                .expect("decided");
+            let route = reply(&mut mesh, now, 0, ReplyKind::Miss, first.reqnum).expect("decided");
             assert!(!walk.ends(&route));
             let last = walk.step(&mut mesh, now, URL, "a.test", true);
             assert_eq!(asked(&last), vec![1, 2, 3]);
-            for n in [3, 4] {
-                let r = answer(ReplyKind::Miss, last.reqnum, URL);
-                assert_eq!(mesh.on_reply(now, addr(n, 3130), r), None);
+            for peer in [1, 2] {
+                assert_eq!(
+                    reply(&mut mesh, now, peer, ReplyKind::Miss, last.reqnum),
+                    None
+                );
             }
-            let r = answer(ReplyKind::Miss, last.reqnum, URL);
             let t = now + Duration::from_millis(1);
-            let (_, route) = mesh.on_reply(t, addr(5, 3130), r).expect("all in");
+            let route = reply(&mut mesh, t, 3, ReplyKind::Miss, last.reqnum).expect("all in");
             // The parent whose MISS came first leads, as in ICP.
             assert_eq!(
                 route.hops[0],
