@@ -81,9 +81,12 @@
 //!
 //! * `key.rs` — [`StoreKey`], Squid-compatible MD5 keys and hex formatting.
 //! * `event.rs` — [`StoreEvent`], [`EvictCause`], [`InvalidateCause`].
-//! * `memory.rs` — [`MemoryStore`], [`StoreConfig`], the [`Weigh`] trait:
-//!   a slab of entries (`Vec` plus free list) indexed by a
-//!   `HashMap<StoreKey, u32>`.
+//! * `catalog.rs` — [`Catalog`] and the [`Record`] trait: a byte-budgeted set
+//!   of records (a slab plus free list, indexed by a hash table of slot
+//!   numbers) with a replacement policy. The memory store is one; a disk's
+//!   index of what its files hold is another.
+//! * `memory.rs` — [`MemoryStore`], [`StoreConfig`], the [`Weigh`] trait: a
+//!   catalog of values behind `Arc`s that reports its changes as events.
 //! * `policy/` — [`Replacement`] and the policies, each tracking entries by
 //!   slab slot: `lru.rs` (intrusive linked list, O(1)), `heap.rs` (indexed
 //!   binary min-heap shared by the Greedy-Dual policies, O(log n)),
@@ -99,6 +102,7 @@
 //! array (`chunked.rs`). The weights the store accounts
 //! ([`MemoryStore::bytes`]) cover values only.
 
+pub mod catalog;
 mod chunked;
 pub mod error;
 pub mod event;
@@ -106,6 +110,7 @@ pub mod key;
 pub mod memory;
 pub mod policy;
 
+pub use catalog::{Catalog, Record};
 pub use error::{AdmitError, ParseReplacementError};
 pub use event::{EvictCause, InvalidateCause, StoreEvent};
 pub use key::StoreKey;

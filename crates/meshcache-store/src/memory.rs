@@ -5,11 +5,8 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use hashbrown::HashTable;
-
-use crate::chunked::ChunkVec;
-use crate::policy::AnyPolicy;
-use crate::{AdmitError, EvictCause, InvalidateCause, Replacement, StoreEvent, StoreKey};
+use crate::catalog::{Catalog, Record};
+use crate::{AdmitError, InvalidateCause, Replacement, StoreEvent, StoreKey};
 
 /// What a stored value costs in bytes (body + headers + anything it owns).
 ///
@@ -62,44 +59,34 @@ struct Entry<V> {
     size: u64,
 }
 
-/// Highest number of entries: slots are `u32` and `u32::MAX` means "none".
-const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
+impl<V> Record for Entry<V> {
+    fn key(&self) -> &StoreKey {
+        &self.key
+    }
 
-/// A byte-budgeted in-memory object index with a selectable replacement
-/// policy. See the [crate documentation](crate) for an overview.
+    fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// A byte-budgeted in-memory object store with a selectable replacement
+/// policy: a [`Catalog`] of values behind [`Arc`]s that reports every change as
+/// [`StoreEvent`]s. See the [crate documentation](crate) for an overview.
 ///
-/// Entries live in a slab (chunked array of slots plus a free list) and are found
-/// through a hash table of slot numbers (hashed and compared by the key in the slot, so
-/// the 16-byte key is stored once); the policy keeps its
-/// own per-slot bookkeeping. Nothing here is thread-safe or time-aware on its
-/// own: wrap it in a mutex and pass times in.
-///
-/// `S` hashes keys in the index: by default the standard library's keyed
-/// SipHash, because a proxy's keys come from its clients' URLs. A simulator
-/// replaying a trace, where nobody chooses keys against the table, may take a
-/// cheaper one.
+/// `S` hashes keys in the index (see [`Catalog`]).
 pub struct MemoryStore<V, S = RandomState> {
-    /// Slot numbers of the occupied slots, hashed by their entries' keys.
-    index: HashTable<u32>,
-    hasher: S,
-    slots: ChunkVec<Option<Entry<V>>>,
-    /// Vacant slots, reused before the slab grows.
-    free: Vec<u32>,
-    policy: AnyPolicy,
-    bytes: u64,
-    config: StoreConfig,
-    /// Entry-count limit; [`MAX_ENTRIES`] except in tests.
-    max_entries: usize,
+    catalog: Catalog<Entry<V>, S>,
 }
 
 impl<V, S> fmt::Debug for MemoryStore<V, S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = self.catalog.config();
         f.debug_struct("MemoryStore")
-            .field("len", &self.index.len())
-            .field("bytes", &self.bytes)
-            .field("capacity", &self.config.capacity)
-            .field("max_object_size", &self.config.max_object_size)
-            .field("replacement", &self.config.replacement)
+            .field("len", &self.catalog.len())
+            .field("bytes", &self.catalog.bytes())
+            .field("capacity", &config.capacity)
+            .field("max_object_size", &config.max_object_size)
+            .field("replacement", &config.replacement)
             .finish()
     }
 }
@@ -114,70 +101,24 @@ impl<V: Weigh> MemoryStore<V> {
 impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
     /// An empty store whose index hashes keys with `hasher`.
     pub fn with_hasher(config: StoreConfig, hasher: S) -> Self {
-        Self::with_max_entries(config, MAX_ENTRIES, hasher)
-    }
-
-    fn with_max_entries(config: StoreConfig, max_entries: usize, hasher: S) -> Self {
         MemoryStore {
-            index: HashTable::new(),
-            hasher,
-            slots: ChunkVec::new(),
-            free: Vec::new(),
-            policy: AnyPolicy::new(config.replacement),
-            bytes: 0,
-            config,
-            max_entries: max_entries.clamp(1, MAX_ENTRIES),
-        }
-    }
-
-    /// The slot holding `key`.
-    fn find(&self, key: &StoreKey) -> Option<u32> {
-        let slots = &self.slots;
-        self.index
-            .find(self.hasher.hash_one(key), |&slot| {
-                slots[slot as usize].as_ref().is_some_and(|e| e.key == *key)
-            })
-            .copied()
-    }
-
-    /// Adds occupied `slot` to the index.
-    fn index_slot(&mut self, key: &StoreKey, slot: u32) {
-        let (slots, hasher) = (&self.slots, &self.hasher);
-        self.index.insert_unique(hasher.hash_one(key), slot, |&s| {
-            // The index names only occupied slots.
-            slots[s as usize]
-                .as_ref()
-                .map_or(0, |e| hasher.hash_one(e.key))
-        });
-    }
-
-    /// Removes `slot`, which holds `key`, from the index.
-    fn unindex_slot(&mut self, key: &StoreKey, slot: u32) {
-        if let Ok(found) = self
-            .index
-            .find_entry(self.hasher.hash_one(key), |&s| s == slot)
-        {
-            found.remove();
+            catalog: Catalog::with_hasher(config, hasher),
         }
     }
 
     /// Look up and count a hit for the replacement policy.
     pub fn get(&mut self, key: &StoreKey) -> Option<&Arc<V>> {
-        let slot = self.find(key)?;
-        let entry = self.slots[slot as usize].as_ref()?;
-        self.policy.touch(slot, entry.size);
-        Some(&entry.value)
+        self.catalog.get(key).map(|entry| &entry.value)
     }
 
     /// Look up without touching replacement state (for peers' queries).
     pub fn peek(&self, key: &StoreKey) -> Option<&Arc<V>> {
-        let slot = self.find(key)?;
-        self.slots[slot as usize].as_ref().map(|entry| &entry.value)
+        self.catalog.peek(key).map(|entry| &entry.value)
     }
 
     /// Whether a value is stored under `key` (does not count as a hit).
     pub fn contains(&self, key: &StoreKey) -> bool {
-        self.find(key).is_some()
+        self.catalog.contains(key)
     }
 
     /// Admit a value.
@@ -211,53 +152,14 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
         events: &mut Vec<StoreEvent>,
     ) -> Result<(), AdmitError> {
         let size = value.weight();
-        let max = self.admission_limit();
-        if size > max {
-            return Err(AdmitError::TooLarge { size, max });
-        }
-
-        if let Some(old) = self.remove(&key) {
-            events.push(StoreEvent::Evicted {
-                key,
-                size: old.size,
-                cause: EvictCause::Replaced,
-            });
-        }
-
-        // `bytes <= capacity` always holds, so the subtraction cannot wrap.
-        while size > self.config.capacity - self.bytes || self.index.len() >= self.max_entries {
-            let Some(slot) = self.policy.evict() else {
-                // Unreachable: an empty store has room for any admissible value.
-                debug_assert!(false, "policy has no victim but the store is full");
-                break;
-            };
-            if let Some(victim) = &self.slots[slot as usize] {
-                let key = victim.key;
-                self.unindex_slot(&key, slot);
-            }
-            let victim = self.release(slot);
-            events.push(StoreEvent::Evicted {
-                key: victim.key,
-                size: victim.size,
-                cause: EvictCause::Capacity,
-            });
-        }
-
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.slots[slot as usize] = Some(Entry { key, value, size });
-                slot
-            }
-            None => {
-                // slots.len() <= max_entries < u32::MAX, so this fits.
-                let slot = self.slots.len() as u32;
-                self.slots.push(Some(Entry { key, value, size }));
-                slot
-            }
-        };
-        self.index_slot(&key, slot);
-        self.policy.admit(slot, size);
-        self.bytes += size;
+        self.catalog
+            .insert(Entry { key, value, size }, |old, cause| {
+                events.push(StoreEvent::Evicted {
+                    key: old.key,
+                    size: old.size,
+                    cause,
+                });
+            })?;
         events.push(StoreEvent::Admitted { key, size });
         Ok(())
     }
@@ -265,7 +167,7 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
     /// Remove the value under `key` and report an `Invalidated` event with
     /// `cause`, or `None` if nothing is stored under `key`.
     pub fn invalidate(&mut self, key: &StoreKey, cause: InvalidateCause) -> Option<StoreEvent> {
-        let entry = self.remove(key)?;
+        let entry = self.catalog.remove(key)?;
         Some(StoreEvent::Invalidated {
             key: entry.key,
             size: entry.size,
@@ -273,82 +175,57 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
         })
     }
 
-    /// Unlink `key` from the index, the policy and the slab.
-    fn remove(&mut self, key: &StoreKey) -> Option<Entry<V>> {
-        let slots = &self.slots;
-        let found = self
-            .index
-            .find_entry(self.hasher.hash_one(key), |&slot| {
-                slots[slot as usize].as_ref().is_some_and(|e| e.key == *key)
-            })
-            .ok()?;
-        let (slot, _) = found.remove();
-        self.policy.forget(slot);
-        Some(self.release(slot))
-    }
-
-    /// Vacate `slot` (already gone from the policy) and uncharge its bytes.
-    fn release(&mut self, slot: u32) -> Entry<V> {
-        let entry = self.slots[slot as usize]
-            .take()
-            .expect("policy and index only name occupied slots");
-        self.free.push(slot);
-        self.bytes -= entry.size;
-        entry
-    }
-
     /// The largest weight [`insert`](Self::insert) accepts:
     /// `min(max_object_size, capacity)`.
     pub fn admission_limit(&self) -> u64 {
-        self.config.max_object_size.min(self.config.capacity)
+        self.catalog.admission_limit()
     }
 
     /// Number of stored values.
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.catalog.len()
     }
 
     /// Whether the store holds no values.
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.catalog.is_empty()
     }
 
     /// Sum of the stored values' weights (bookkeeping memory not included).
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.catalog.bytes()
     }
 
     /// The byte budget.
     pub fn capacity(&self) -> u64 {
-        self.config.capacity
+        self.catalog.capacity()
     }
 
     /// The configured maximum object size.
     pub fn max_object_size(&self) -> u64 {
-        self.config.max_object_size
+        self.catalog.config().max_object_size
     }
 
     /// The replacement policy.
     pub fn replacement(&self) -> Replacement {
-        self.config.replacement
+        self.catalog.config().replacement
     }
 
     /// The configuration the store was built with.
     pub fn config(&self) -> StoreConfig {
-        self.config
+        self.catalog.config()
     }
 
     /// Iterate over keys (for building digests); order unspecified.
     pub fn keys(&self) -> impl Iterator<Item = &StoreKey> + '_ {
-        self.slots.iter().flatten().map(|entry| &entry.key)
+        self.catalog.records().map(|entry| &entry.key)
     }
 
     /// Iterate over keys and values without touching replacement state;
     /// order unspecified.
     pub fn iter(&self) -> impl Iterator<Item = (&StoreKey, &Arc<V>)> + '_ {
-        self.slots
-            .iter()
-            .flatten()
+        self.catalog
+            .records()
             .map(|entry| (&entry.key, &entry.value))
     }
 
@@ -363,27 +240,13 @@ impl<V: Weigh, S: BuildHasher> MemoryStore<V, S> {
             .unwrap_or(0)
     }
 
-    /// Bytes of index/bookkeeping memory per entry with `replacement`,
-    /// measured with [`std::mem::size_of`]:
-    ///
-    /// * the index's bucket, a `u32` slot number, plus hashbrown's one control byte,
-    /// * the slab slot `Option<Entry>` (the key, `Arc` pointer, cached weight),
-    /// * the policy's per-entry node (LRU: two `u32` links; GDSF/LFUDA: a heap
-    ///   item with priority, tie-break sequence and slot, plus the slot's heap
-    ///   position and frequency).
-    ///
-    /// Not included: spare capacity — the hash table keeps its load factor at
-    /// or below 7/8 with a power-of-two bucket count (1.14–2.3 buckets per
-    /// entry), and the per-slot arrays grow by chunks of 4,096 and do not
-    /// shrink — and the
-    /// `Arc`'s 16-byte reference counts, which belong to the value (see
-    /// [`Weigh`]). Even with every one of those at its worst the total stays
-    /// well below 256 bytes per entry.
+    /// Bytes of index/bookkeeping memory per entry with `replacement`, measured with
+    /// [`std::mem::size_of`] ([`Catalog::metadata_bytes_per_entry_for`]): the slab slot here
+    /// holds the key, the `Arc` pointer and the cached weight. The `Arc`'s 16-byte reference
+    /// counts belong to the value (see [`Weigh`]). Even with the catalog's spare capacity at
+    /// its worst the total stays well below 256 bytes per entry.
     pub fn metadata_bytes_per_entry_for(replacement: Replacement) -> usize {
-        std::mem::size_of::<u32>()
-            + 1
-            + std::mem::size_of::<Option<Entry<V>>>()
-            + replacement.policy_bytes_per_entry()
+        Catalog::<Entry<V>, S>::metadata_bytes_per_entry_for(replacement)
     }
 }
 
@@ -392,27 +255,13 @@ impl<V: Weigh> MemoryStore<V> {
     /// A store that holds at most `max_entries` entries (to exercise the
     /// entry-count limit without four billion objects).
     pub(crate) fn with_entry_limit(config: StoreConfig, max_entries: usize) -> Self {
-        Self::with_max_entries(config, max_entries, RandomState::new())
+        MemoryStore {
+            catalog: Catalog::with_max_entries(config, max_entries, RandomState::new()),
+        }
     }
 
     /// Panic unless index, slab, free list, byte count and policy agree.
     pub(crate) fn check_consistency(&self) {
-        assert!(self.bytes <= self.config.capacity, "over budget");
-        let mut bytes = 0;
-        let mut occupied = 0;
-        for (slot, entry) in self.slots.iter().enumerate() {
-            if let Some(entry) = entry {
-                occupied += 1;
-                bytes += entry.size;
-                assert_eq!(self.find(&entry.key), Some(slot as u32));
-            } else {
-                assert!(self.free.contains(&(slot as u32)), "leaked slot {slot}");
-            }
-        }
-        assert_eq!(occupied, self.index.len());
-        assert_eq!(occupied + self.free.len(), self.slots.len());
-        assert_eq!(bytes, self.bytes);
-        assert_eq!(self.policy.len(), self.index.len());
-        self.policy.check();
+        self.catalog.check_consistency();
     }
 }
