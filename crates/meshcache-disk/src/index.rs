@@ -2,8 +2,9 @@
 //!
 //! The index is a plain data structure; the cache that owns the disk keeps it under the same
 //! lock as its memory store, so that a key's membership in the whole store (memory or disk) is
-//! decided in one place. Every change is recorded as a [`Change`] that the owner drains after
-//! each locked section ([`DiskIndex::take_changes`]) to publish store events; every record that
+//! decided in one place. Every change is recorded as a [`StoreEvent`], as the memory store
+//! reports its own, for the owner to drain after each locked section
+//! ([`DiskIndex::take_changes`]) and publish; every record that
 //! left the index is queued for the writer to remove from the disk ([`DiskIndex::take_garbage`]).
 //!
 //! Writes are matched to the index by serial: the owner announces a write
@@ -13,7 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use meshcache_store::{Catalog, EvictCause, InvalidateCause, StoreConfig, StoreKey};
+use meshcache_store::{Catalog, EvictCause, InvalidateCause, StoreConfig, StoreEvent, StoreKey};
 
 use crate::entry::{DiskEntry, Location};
 use crate::space::{Space, UNIT};
@@ -21,36 +22,20 @@ use crate::space::{Space, UNIT};
 /// Why an object left a disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Gone {
-    /// The replacement policy made room ([`EvictCause::Capacity`]) or a newer version came
-    /// ([`EvictCause::Replaced`]).
+    /// The store dropped it: the replacement policy made room, a newer version came, its
+    /// record was found damaged, or the disk went away.
     Evicted(EvictCause),
     /// The cache invalidated it.
     Invalidated(InvalidateCause),
-    /// Its record was found damaged, or missing.
-    Damaged,
-    /// The whole disk went away (its directory was removed, or it stopped).
-    Lost,
 }
 
-/// One change to a disk's index.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
-    /// The disk holds `key` now (written, or found by the rebuild).
-    Admitted {
-        /// The object.
-        key: StoreKey,
-        /// Its charge against the disk's budget.
-        size: u64,
-    },
-    /// The disk no longer holds `key`.
-    Removed {
-        /// The object.
-        key: StoreKey,
-        /// Its charge against the disk's budget.
-        size: u64,
-        /// Why.
-        why: Gone,
-    },
+impl Gone {
+    fn event(self, key: StoreKey, size: u64) -> StoreEvent {
+        match self {
+            Gone::Evicted(cause) => StoreEvent::Evicted { key, size, cause },
+            Gone::Invalidated(cause) => StoreEvent::Invalidated { key, size, cause },
+        }
+    }
 }
 
 /// A record to take off the disk: its key (for a file's name) and where it lies.
@@ -84,7 +69,7 @@ pub struct DiskIndex {
     /// The serials of the records the rebuild indexed, until it ends (to pick the newest of two
     /// records of one key).
     found_serials: HashMap<StoreKey, u64>,
-    changes: Vec<Change>,
+    changes: Vec<StoreEvent>,
     garbage: Vec<Garbage>,
 }
 
@@ -202,11 +187,7 @@ impl DiskIndex {
 
     fn drop_entry(&mut self, entry: DiskEntry, why: Gone) {
         let key = entry.key();
-        self.changes.push(Change::Removed {
-            key,
-            size: entry.location().charge(),
-            why,
-        });
+        self.changes.push(why.event(key, entry.location().charge()));
         self.garbage.push(Garbage {
             key,
             location: entry.location(),
@@ -242,7 +223,7 @@ impl DiskIndex {
             self.drop_entry(old, Gone::Evicted(cause));
         }
         if admitted {
-            self.changes.push(Change::Admitted { key, size });
+            self.changes.push(StoreEvent::Admitted { key, size });
         } else {
             self.garbage.push(Garbage {
                 key,
@@ -319,10 +300,10 @@ impl DiskIndex {
     /// queued as garbage (there is no disk to clean).
     pub fn clear(&mut self) {
         while let Some(entry) = self.catalog.evict() {
-            self.changes.push(Change::Removed {
+            self.changes.push(StoreEvent::Evicted {
                 key: entry.key(),
                 size: entry.location().charge(),
-                why: Gone::Lost,
+                cause: EvictCause::Lost,
             });
         }
         self.pending.clear();
@@ -339,7 +320,7 @@ impl DiskIndex {
     }
 
     /// The changes since the last call, in order.
-    pub fn take_changes(&mut self) -> Vec<Change> {
+    pub fn take_changes(&mut self) -> Vec<StoreEvent> {
         std::mem::take(&mut self.changes)
     }
 
@@ -395,7 +376,7 @@ mod tests {
         assert!(ix.commit(slab(1, 1), 2));
         assert_eq!(
             ix.take_changes(),
-            [Change::Admitted {
+            [StoreEvent::Admitted {
                 key: key(1),
                 size: 256
             }]
@@ -424,7 +405,7 @@ mod tests {
         assert!(ix
             .take_changes()
             .iter()
-            .any(|c| matches!(c, Change::Removed { key: k, why: Gone::Evicted(EvictCause::Capacity), .. } if *k == key(0))));
+            .any(|c| matches!(c, StoreEvent::Evicted { key: k, cause: EvictCause::Capacity, .. } if *k == key(0))));
     }
 
     #[test]
@@ -474,8 +455,8 @@ mod tests {
         assert_eq!(changes.len(), 3);
         assert!(changes.iter().all(|c| matches!(
             c,
-            Change::Removed {
-                why: Gone::Lost,
+            StoreEvent::Evicted {
+                cause: EvictCause::Lost,
                 ..
             }
         )));

@@ -55,7 +55,7 @@ pub use disk::{Disk, DiskConfig, DiskStats, IndexHolder, StoreJob, LARGE_BODY};
 pub use entry::{DiskEntry, Location};
 pub use fault::{Fault, FaultCounts};
 pub use format::{Damage, Header, Kind};
-pub use index::{Change, DiskIndex, Garbage, Gone};
+pub use index::{DiskIndex, Garbage, Gone};
 pub use layout::OpenError;
 pub use read::{OpenedFile, ReadError, SlabRecord};
 pub use space::Space;

@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use meshcache_disk::{
-    check, Change, Disk, DiskConfig, DiskIndex, Gone, IndexHolder, Kind, Location, OpenError,
-    ReadError, StoreJob,
+    check, Disk, DiskConfig, DiskIndex, Gone, IndexHolder, Kind, Location, OpenError, ReadError,
+    StoreJob,
 };
-use meshcache_store::{InvalidateCause, Replacement, StoreKey};
+use meshcache_store::{EvictCause, InvalidateCause, Replacement, StoreEvent, StoreKey};
 use parking_lot::Mutex;
 
 struct Holder {
     index: Mutex<DiskIndex>,
-    changes: Mutex<Vec<Change>>,
+    changes: Mutex<Vec<StoreEvent>>,
 }
 
 impl IndexHolder for Holder {
@@ -154,7 +154,7 @@ fn objects_survive_a_restart_small_ones_in_the_slab_large_ones_in_files() {
             .changes
             .lock()
             .iter()
-            .filter(|c| matches!(c, Change::Admitted { .. }))
+            .filter(|c| c.is_admission())
             .count();
         assert_eq!(admitted, sizes.len(), "one admission per object");
     }
@@ -291,8 +291,8 @@ fn the_budget_evicts_by_policy_and_reuses_slab_space() {
         .filter(|c| {
             matches!(
                 c,
-                Change::Removed {
-                    why: Gone::Evicted(_),
+                StoreEvent::Evicted {
+                    cause: EvictCause::Capacity,
                     ..
                 }
             )

@@ -95,14 +95,20 @@ pub enum EvictCause {
     Capacity,
     /// An object was stored again under the same key, superseding it.
     Replaced,
+    /// Its stored copy was found damaged (a disk record failing its checksums) and dropped.
+    Damaged,
+    /// The medium holding it went away (a disk's directory was removed).
+    Lost,
 }
 
 impl EvictCause {
-    /// Lower-case name: `"capacity"` or `"replaced"`.
+    /// Lower-case name: `"capacity"`, `"replaced"`, `"damaged"` or `"lost"`.
     pub fn as_str(&self) -> &'static str {
         match self {
             EvictCause::Capacity => "capacity",
             EvictCause::Replaced => "replaced",
+            EvictCause::Damaged => "damaged",
+            EvictCause::Lost => "lost",
         }
     }
 }
