@@ -51,13 +51,13 @@ pub struct Metrics {
 }
 
 /// Store figures, read at render time.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct StoreStats {
-    /// Objects held.
+    /// Objects held in memory.
     pub objects: u64,
-    /// Bytes held.
+    /// Bytes held in memory.
     pub bytes: u64,
-    /// Byte budget.
+    /// The memory's byte budget.
     pub capacity: u64,
     /// Objects admitted since start.
     pub admitted: u64,
@@ -67,6 +67,12 @@ pub struct StoreStats {
     pub invalidated: u64,
     /// The shared-memory arena of large bodies sent with sendfile(2), when there is one.
     pub arena: Option<crate::zerocopy::ArenaStats>,
+    /// Large disk objects kept open and mapped between hits.
+    pub open_files: u64,
+    /// Body bytes sent to clients with sendfile(2) from the disks' files.
+    pub disk_sendfile_bytes: u64,
+    /// Each disk, in configuration order.
+    pub disks: Vec<crate::cache::DiskReport>,
 }
 
 impl Default for Metrics {
@@ -242,6 +248,11 @@ impl Metrics {
             "Objects invalidated.",
             s.store.invalidated,
         );
+        counter(
+            "disk_zero_copy_bytes_total",
+            "Body bytes sent to clients with sendfile(2) from the disks' files.",
+            s.store.disk_sendfile_bytes,
+        );
         if let Some(a) = &s.store.arena {
             counter(
                 "zero_copy_bytes_total",
@@ -271,9 +282,15 @@ impl Metrics {
                 "Bytes of large bodies held in the body arena (whole pages).",
                 s.store.arena.map_or(0, |a| a.held_bytes),
             ),
+            (
+                "store_open_files",
+                "Large disk objects kept open and mapped between hits.",
+                s.store.open_files,
+            ),
         ] {
             let _ = writeln!(out, "# HELP meshcache_{name} {help}\n# TYPE meshcache_{name} gauge\nmeshcache_{name} {v}");
         }
+        disk_metrics(&mut out, &s.store.disks);
         // A Prometheus histogram (cumulative buckets) read off the HDR histogram.
         let _ = writeln!(
             out,
@@ -354,6 +371,115 @@ pub struct Snapshot {
     pub store: StoreStats,
     /// The latest connection's socket options on each side, read back from the kernel.
     pub sockets: crate::sockopt::SocketsReport,
+}
+
+/// Each disk's figures, labelled with its number and path.
+fn disk_metrics(out: &mut String, disks: &[crate::cache::DiskReport]) {
+    if disks.is_empty() {
+        return;
+    }
+    type Read = fn(&crate::cache::DiskReport) -> u64;
+    let series: [(&str, &str, &str, Read); 13] = [
+        ("disk_objects", "gauge", "Objects on the disk.", |d| {
+            d.objects
+        }),
+        (
+            "disk_bytes",
+            "gauge",
+            "Bytes charged to the disk's budget.",
+            |d| d.bytes,
+        ),
+        ("disk_capacity_bytes", "gauge", "The disk's budget.", |d| {
+            d.capacity
+        }),
+        (
+            "disk_write_queue_jobs",
+            "gauge",
+            "Jobs waiting for the disk's writer.",
+            |d| d.stats.queue_jobs,
+        ),
+        (
+            "disk_write_queue_bytes",
+            "gauge",
+            "Bytes those jobs hold.",
+            |d| d.stats.queue_bytes,
+        ),
+        (
+            "disk_rebuilding",
+            "gauge",
+            "1 while the disk's rebuild runs.",
+            |d| u64::from(d.stats.rebuilding),
+        ),
+        (
+            "disk_hits_total",
+            "counter",
+            "Hits served from the disk.",
+            |d| d.stats.hits,
+        ),
+        (
+            "disk_writes_total",
+            "counter",
+            "Records written to the disk.",
+            |d| d.stats.writes,
+        ),
+        (
+            "disk_written_bytes_total",
+            "counter",
+            "Bytes written to the disk.",
+            |d| d.stats.written_bytes,
+        ),
+        (
+            "disk_dropped_writes_total",
+            "counter",
+            "Writes dropped (queue full, or paused after a fault).",
+            |d| d.stats.dropped,
+        ),
+        (
+            "disk_removed_total",
+            "counter",
+            "Records removed from the disk.",
+            |d| d.stats.removed,
+        ),
+        ("disk_syncs_total", "counter", "Syncs of the disk.", |d| {
+            d.stats.syncs
+        }),
+        (
+            "disk_rebuild_found_total",
+            "counter",
+            "Objects the disk's rebuild found.",
+            |d| d.stats.rebuild_found,
+        ),
+    ];
+    for (name, kind, help, read) in series {
+        let _ = writeln!(
+            out,
+            "# HELP meshcache_{name} {help}\n# TYPE meshcache_{name} {kind}"
+        );
+        for (i, d) in disks.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "meshcache_{name}{{disk=\"{i}\",path=\"{}\"}} {}",
+                d.stats.path.replace('"', "'"),
+                read(d)
+            );
+        }
+    }
+    let _ = writeln!(out, "# HELP meshcache_disk_faults_total Disk faults by kind.\n# TYPE meshcache_disk_faults_total counter");
+    for (i, d) in disks.iter().enumerate() {
+        let f = &d.stats.faults;
+        for (kind, n) in [
+            ("no_space", f.no_space),
+            ("read_only", f.read_only),
+            ("removed", f.removed),
+            ("io", f.io),
+            ("damaged", f.damaged),
+        ] {
+            let _ = writeln!(
+                out,
+                "meshcache_disk_faults_total{{disk=\"{i}\",kind=\"{kind}\"}} {n}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -380,7 +380,7 @@ async fn serve_connection(
         max_bytes: usize::try_from(cfg.max_header_bytes).unwrap_or(usize::MAX),
         max_headers: cfg.max_headers,
     };
-    let stream = ZeroCopyStream::new(stream, shared.cache.arena().cloned());
+    let stream = ZeroCopyStream::new(stream);
     let io = GuardedStream::new(stream, limits, slot.clone())
         .with_timeouts(cfg.idle_timeout, cfg.header_read_timeout);
     let svc_shared = shared.clone();

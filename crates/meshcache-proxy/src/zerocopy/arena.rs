@@ -1,19 +1,8 @@
-//! Cache hits without the copy: large bodies live in shared memory and go to clients with
-//! sendfile(2).
+//! The memory store's shared memory for large bodies: one memfd, mapped once, read-only.
 //!
-//! A hit's body normally reaches the socket through write(2), which copies it from our memory
-//! into the kernel's socket buffers; at 100 KiB that copy was over a quarter of the proxy's CPU
-//! per hit (`perf`, `scripts/bench-hits.sh --perf`). nginx avoids it by serving its cache files
-//! with sendfile(2). We do the same without files:
-//!
-//! * [`BodyArena`]: bodies of at least [`MIN_SIZE`] bytes are copied, when they are stored, into
-//!   one memfd (anonymous shared memory) that is mapped once, read-only. The rest of the proxy
-//!   still sees each body as ordinary [`Bytes`]: applets, ranges and revalidation read it as
-//!   before.
-//! * [`ZeroCopyStream`], under hyper on client connections: when a write's buffer lies inside
-//!   the arena's mapping, that span goes out with sendfile(2) from the memfd, so the socket takes
-//!   references to the pages instead of a copy (the response head before it is sent with
-//!   `MSG_MORE`, so head and body still share packets).
+//! Bodies of at least [`MIN_SIZE`] bytes are copied into it when they are stored, and its
+//! mapping is registered (see [`regions`](super::regions)), so hits of them go out with
+//! sendfile(2) from the memfd.
 //!
 //! **Pages in flight.** A socket keeps references to the pages it was given until the peer has
 //! read them, possibly after the body's last [`Bytes`] is gone. So an extent is never written
@@ -27,27 +16,19 @@
 //! body stays on the heap and is written as before (counted in `fallbacks`).
 
 use std::fs::File;
-use std::io::{self, IoSlice};
+use std::io;
 use std::os::unix::fs::FileExt;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use memmap2::{MmapOptions, MmapRaw};
 use offset_allocator::{Allocation, Allocator};
 use parking_lot::Mutex;
 use serde::Serialize;
-use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
-use tokio::net::TcpStream;
 
-/// Bodies at least this long are kept in the arena. Below it, the copy costs less than
-/// sendfile's per-page bookkeeping and a page's rounding would waste a larger share.
-pub const MIN_SIZE: usize = 32 * 1024;
-
-/// The arena's page (the unit of allocation and of hole punching).
-const PAGE: u64 = 4096;
+use super::regions::{self, Registration, SendCounters};
+use super::{MIN_SIZE, PAGE};
 
 /// The arena's virtual size for a store budget: twice the budget (evicted bodies still being
 /// sent hold their extents; fragmentation), at least 64 MiB, at most what `u32` page numbers
@@ -59,24 +40,14 @@ fn arena_bytes(budget: u64) -> u64 {
         .next_multiple_of(PAGE)
 }
 
-/// What a body of `len` bytes costs the store's byte budget: its length, rounded up to whole
-/// pages when it is large enough to live in the arena (heap allocations that large are whole
-/// pages too).
-pub fn charged(len: usize) -> u64 {
-    let len = len as u64;
-    if len >= MIN_SIZE as u64 {
-        len.next_multiple_of(PAGE)
-    } else {
-        len
-    }
-}
-
 /// Shared memory holding large cached bodies; see the [module documentation](self).
 pub struct BodyArena {
-    file: File,
+    file: Arc<File>,
     map: MmapRaw,
     alloc: Mutex<Allocator>,
     counters: Counters,
+    sent: Arc<SendCounters>,
+    _registration: Registration,
 }
 
 #[derive(Default)]
@@ -86,8 +57,6 @@ struct Counters {
     held_extents: AtomicU64,
     held_bytes: AtomicU64,
     leaked: AtomicU64,
-    sent_bytes: AtomicU64,
-    sends: AtomicU64,
 }
 
 /// The arena's counters, for `/stats` and `/metrics`.
@@ -124,10 +93,10 @@ impl BodyArena {
     pub fn new(budget: u64) -> io::Result<Arc<BodyArena>> {
         let size = arena_bytes(budget);
         let fd = rustix::fs::memfd_create("meshcache-bodies", rustix::fs::MemfdFlags::CLOEXEC)?;
-        let file = File::from(fd);
+        let file = Arc::new(File::from(fd));
         file.set_len(size)?;
         let len = usize::try_from(size).map_err(|_| io::Error::other("arena too large"))?;
-        let map = MmapOptions::new().len(len).map_raw_read_only(&file)?;
+        let map = MmapOptions::new().len(len).map_raw_read_only(&*file)?;
         let pages = u32::try_from(size / PAGE).map_err(|_| io::Error::other("arena too large"))?;
         // The allocator's node table is allocated up front (about 32 bytes a node): one node per
         // extent and per free region between them. The store holds at most `budget / MIN_SIZE`
@@ -137,11 +106,16 @@ impl BodyArena {
             .saturating_mul(2)
             .saturating_add(1024)
             .min(u64::from(u32::MAX - 3)) as u32;
+        let sent = Arc::new(SendCounters::default());
+        let registration =
+            regions::register(map.as_ptr(), len, file.clone(), 0, sent.clone(), true);
         Ok(Arc::new(BodyArena {
             file,
             map,
             alloc: Mutex::new(Allocator::with_max_allocs(pages, max_allocs)),
             counters: Counters::default(),
+            sent,
+            _registration: registration,
         }))
     }
 
@@ -202,8 +176,8 @@ impl BodyArena {
             held_extents: c.held_extents.load(Relaxed),
             held_bytes: c.held_bytes.load(Relaxed),
             leaked: c.leaked.load(Relaxed),
-            sent_bytes: c.sent_bytes.load(Relaxed),
-            sends: c.sends.load(Relaxed),
+            sent_bytes: self.sent.bytes.load(Relaxed),
+            sends: self.sent.sends.load(Relaxed),
         }
     }
 
@@ -252,7 +226,7 @@ impl Drop for Extent {
         arena.counters.held_extents.fetch_sub(1, Relaxed);
         arena.counters.held_bytes.fetch_sub(pages, Relaxed);
         let punched = rustix::fs::fallocate(
-            &arena.file,
+            &*arena.file,
             rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
             self.offset,
             pages,
@@ -266,158 +240,6 @@ impl Drop for Extent {
             }
         }
     }
-}
-
-/// A client connection's socket that sends arena spans with sendfile(2); everything else is
-/// passed to the [`TcpStream`] unchanged. See the [module documentation](self).
-#[derive(Debug)]
-pub struct ZeroCopyStream {
-    stream: TcpStream,
-    arena: Option<Arc<BodyArena>>,
-}
-
-impl ZeroCopyStream {
-    /// Bytes written to the socket that the client has not acknowledged yet (`SIOCOUTQ`), or
-    /// `None` where that cannot be read. A write can wait for room long after the client began
-    /// reading again (the kernel wakes a writer only once much of a full buffer has drained);
-    /// this is how the idle timeout tells such a client from one that stopped reading.
-    pub fn unsent(&self) -> Option<u32> {
-        unsent(&self.stream)
-    }
-
-    /// Wraps `stream`; without an arena it is a plain pass-through.
-    pub fn new(stream: TcpStream, arena: Option<Arc<BodyArena>>) -> Self {
-        ZeroCopyStream { stream, arena }
-    }
-
-    /// Sends `head` (buffers outside the arena) with `MSG_MORE`, then `span` of the arena
-    /// starting at file offset `offset`, as far as the socket takes them now.
-    fn poll_send(
-        &self,
-        cx: &mut Context<'_>,
-        arena: &BodyArena,
-        head: &[IoSlice<'_>],
-        offset: u64,
-        span: usize,
-    ) -> Poll<io::Result<usize>> {
-        let head_len: usize = head.iter().map(|b| b.len()).sum();
-        loop {
-            ready!(self.stream.poll_write_ready(cx))?;
-            let sent = self.stream.try_io(Interest::WRITABLE, || {
-                let mut sent = 0;
-                if head_len > 0 {
-                    sent = rustix::net::sendmsg(
-                        &self.stream,
-                        head,
-                        &mut rustix::net::SendAncillaryBuffer::default(),
-                        rustix::net::SendFlags::MORE | rustix::net::SendFlags::NOSIGNAL,
-                    )?;
-                    if sent < head_len {
-                        return Ok(sent);
-                    }
-                }
-                let mut at = offset;
-                match rustix::fs::sendfile(&self.stream, &arena.file, Some(&mut at), span) {
-                    Ok(0) if sent == 0 => Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => {
-                        arena.counters.sent_bytes.fetch_add(n as u64, Relaxed);
-                        arena.counters.sends.fetch_add(1, Relaxed);
-                        Ok(sent + n)
-                    }
-                    // The head went: report it; the error (or the full buffer) recurs next call.
-                    Err(_) if sent > 0 => Ok(sent),
-                    Err(e) => Err(e.into()),
-                }
-            });
-            match sent {
-                Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-    }
-}
-
-impl AsyncRead for ZeroCopyStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for ZeroCopyStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Some(arena) = &this.arena {
-            if let Some(offset) = arena.file_offset(buf) {
-                return this.poll_send(cx, arena, &[], offset, buf.len());
-            }
-        }
-        Pin::new(&mut this.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Some(arena) = &this.arena {
-            let first = bufs
-                .iter()
-                .enumerate()
-                .find_map(|(i, b)| arena.file_offset(b).map(|offset| (i, offset)));
-            if let Some((i, offset)) = first {
-                return this.poll_send(cx, arena, &bufs[..i], offset, bufs[i].len());
-            }
-        }
-        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
-}
-
-/// See [`ZeroCopyStream::unsent`]. `SIOCOUTQ` is 0x5411 (as `TIOCOUTQ`) on these
-/// architectures; elsewhere the queue is not read.
-#[allow(unsafe_code)]
-pub(crate) fn unsent(stream: &TcpStream) -> Option<u32> {
-    let known = cfg!(all(
-        target_os = "linux",
-        any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64"
-        )
-    ));
-    if !known {
-        return None;
-    }
-    const SIOCOUTQ: rustix::ioctl::Opcode = 0x5411;
-    // SAFETY: for a TCP socket, SIOCOUTQ writes one `int`: the bytes in its send queue not yet
-    // acknowledged. The getter gives the kernel room for exactly that.
-    let getter = unsafe { rustix::ioctl::Getter::<SIOCOUTQ, std::ffi::c_int>::new() };
-    // SAFETY: the descriptor is a live TCP socket and the request matches the getter's type.
-    let n = unsafe { rustix::ioctl::ioctl(stream, getter) }.ok()?;
-    u32::try_from(n).ok()
 }
 
 #[cfg(test)]
@@ -471,13 +293,5 @@ mod tests {
         drop(held);
         let again = arena.place(&other).expect("room again");
         assert_eq!(&again[..], &other[..], "fresh pages, new content");
-    }
-
-    #[test]
-    fn charged_rounds_arena_sized_bodies_to_pages() {
-        assert_eq!(charged(1000), 1000);
-        assert_eq!(charged(MIN_SIZE), MIN_SIZE as u64);
-        assert_eq!(charged(MIN_SIZE + 1), MIN_SIZE as u64 + PAGE);
-        assert_eq!(charged(102_400), 102_400);
     }
 }
