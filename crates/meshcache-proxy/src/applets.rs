@@ -397,19 +397,22 @@ impl Items for CacheItems {
             .freshness
             .usability(&directives, std::time::SystemTime::now())
         {
-            Usability::Fresh | Usability::StaleAllowed => Some(item_of(o)),
+            Usability::Fresh | Usability::StaleAllowed => item_of(o),
             _ => None,
         }
     }
 }
 
 /// A stored object as an applet sees it: its status, headers and body, shared with the cache.
-fn item_of(o: &CachedObject) -> Item {
-    Item {
+/// A body mapped from a disk's file is read into memory first (with `pread`, so that a device
+/// error is an error, not a signal): an applet reads every byte it is given. `None` when that
+/// read fails.
+fn item_of(o: &CachedObject) -> Option<Item> {
+    Some(Item {
         status: o.status,
         headers: o.headers.clone(),
-        body: o.body.clone(),
-    }
+        body: crate::zerocopy::mapped::resident(&o.body).ok()?,
+    })
 }
 
 /// Runs the applet of a stored document, if it has one, for this hit, when its module is at
@@ -493,13 +496,16 @@ fn run(
     client: IpAddr,
     object: &CachedObject,
 ) -> Gate {
+    let Some(document) = item_of(object) else {
+        return Gate::Origin("disk-error");
+    };
     let hit = Hit {
         method: &req.method,
         url,
         origin: &attached.origin,
         headers: &mut req.headers,
         client,
-        document: item_of(object),
+        document,
         log_to: &attached.log_to,
     };
     let items = active.items.get_or_init(|| {

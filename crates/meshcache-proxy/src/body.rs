@@ -2,8 +2,9 @@
 //!
 //! [`ProxyBody`] is what every response carries: nothing, a stored object's bytes (a cheap
 //! `Bytes` clone), or an upstream body streamed through. A streamed body may also *capture* a
-//! copy for the store: chunks are kept as they pass and admitted only when the body ended
-//! complete and within the size limit, so a truncated or oversized response is never cached.
+//! copy for the store: chunks are kept as they pass (or, past the memory store's limit, written
+//! to a disk as they pass) and admitted only when the body ended complete and within the size
+//! limit, so a truncated or oversized response is never cached.
 //! When the body is done (or dropped half-way) the upstream connection goes back to the pool or
 //! is closed, and the [`Transaction`] is finished: one access-log line and the metrics.
 
@@ -18,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use meshcache_disk::DiskStream;
 
 use crate::accesslog::AccessRecord;
 use crate::cache::FetchGuard;
@@ -134,45 +136,89 @@ impl Drop for Transaction {
     }
 }
 
-/// Where a captured body goes when it ended complete.
-pub type Sink = Box<dyn FnOnce(Bytes) + Send>;
+/// Where a captured body goes when it ended complete: the store, with the collapsed fetch's
+/// guard (held until the object can be found).
+pub type Sink = Box<dyn FnOnce(Bytes, Option<FetchGuard>) + Send>;
+
+/// Starts writing the body to a disk, for a body too large for the memory store.
+pub type Spill = Box<dyn FnOnce() -> Option<DiskStream> + Send>;
 
 /// A copy of a streamed body being taken for the store.
+///
+/// The copy is kept in memory up to the memory store's limit. A body larger than that (or
+/// announced larger) is written to a disk as it arrives instead, when there is a [`Spill`]; the
+/// memory copy is then given up. Either way it is stored only if it ended complete.
 pub struct Capture {
     chunks: Vec<Bytes>,
     size: u64,
     limit: u64,
+    memory_limit: u64,
     expected: Option<u64>,
     sink: Sink,
+    spill: Option<Spill>,
+    stream: Option<DiskStream>,
     /// Waiters of a collapsed fetch wake when this drops: after the object is stored.
-    _guard: Option<FetchGuard>,
+    guard: Option<FetchGuard>,
 }
 
 impl Capture {
-    /// Captures up to `limit` bytes; `expected` is the Content-Length, if any.
-    pub fn new(limit: u64, expected: Option<u64>, sink: Sink, guard: Option<FetchGuard>) -> Self {
+    /// Captures up to `limit` bytes, in memory up to `memory_limit` and on a disk beyond it
+    /// (with `spill`); `expected` is the Content-Length, if any.
+    pub fn new(
+        limit: u64,
+        memory_limit: u64,
+        expected: Option<u64>,
+        sink: Sink,
+        spill: Option<Spill>,
+        guard: Option<FetchGuard>,
+    ) -> Self {
         Capture {
             chunks: Vec::new(),
             size: 0,
             limit,
+            memory_limit,
             expected,
             sink,
-            _guard: guard,
+            spill,
+            stream: None,
+            guard,
         }
     }
 
-    /// Keeps a chunk; false once the body outgrew the limit.
+    /// Keeps a chunk; false once the copy is given up (the body outgrew the limit, or a disk
+    /// could not take it).
     fn push(&mut self, chunk: &Bytes) -> bool {
         self.size += chunk.len() as u64;
         if self.size > self.limit {
             return false;
         }
-        self.chunks.push(chunk.clone());
+        if let Some(stream) = &mut self.stream {
+            return stream.push(chunk.clone());
+        }
+        let too_large =
+            self.size > self.memory_limit || self.expected.is_some_and(|n| n > self.memory_limit);
+        if !too_large {
+            self.chunks.push(chunk.clone());
+            return true;
+        }
+        let Some(mut stream) = self.spill.take().and_then(|spill| spill()) else {
+            return false;
+        };
+        for piece in self.chunks.drain(..).chain(std::iter::once(chunk.clone())) {
+            if !stream.push(piece) {
+                return false;
+            }
+        }
+        self.stream = Some(stream);
         true
     }
 
     fn complete(self) {
         if self.expected.is_some_and(|n| n != self.size) {
+            return;
+        }
+        if let Some(stream) = self.stream {
+            stream.finish(self.guard.map(|g| Box::new(g) as Box<dyn Send>));
             return;
         }
         let body = match self.chunks.len() {
@@ -186,7 +232,7 @@ impl Capture {
                 all.freeze()
             }
         };
-        (self.sink)(body);
+        (self.sink)(body, self.guard);
     }
 }
 

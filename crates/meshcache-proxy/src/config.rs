@@ -201,6 +201,12 @@ pub struct StoreSection {
     /// without copying them into the socket (as nginx serves its cache files). Off: every body
     /// on the heap, written with write(2).
     pub zero_copy: bool,
+    /// Large disk objects (bodies of 32 KiB and more) kept open and mapped between hits, as
+    /// nginx's `open_file_cache`: each holds a file descriptor and a mapping.
+    pub open_files: u64,
+    /// Disks: `[[store.disk]]` tables. None: memory only.
+    #[serde(rename = "disk", skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DiskSection>,
 }
 
 impl Default for StoreSection {
@@ -210,7 +216,33 @@ impl Default for StoreSection {
             max_object_size: 8 * 1024 * 1024,
             replacement: Replacement::Lru,
             zero_copy: true,
+            open_files: 1024,
+            disks: Vec::new(),
         }
+    }
+}
+
+/// One disk of the store (`[[store.disk]]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSection {
+    /// Its directory, created if missing (relative paths from the working directory).
+    pub path: PathBuf,
+    /// Bytes of objects it may hold.
+    #[serde(with = "size")]
+    pub size: u64,
+    /// Objects completely written this long before a crash survive it.
+    #[serde(
+        with = "humantime_serde",
+        default = "DiskSection::default_sync_interval"
+    )]
+    pub sync_interval: Duration,
+}
+
+impl DiskSection {
+    /// Five seconds.
+    pub fn default_sync_interval() -> Duration {
+        Duration::from_secs(5)
     }
 }
 
@@ -379,8 +411,9 @@ pub struct CooperationConfig {
     /// Summaries: hash functions, each 32 bits of the MD5 store key (extended by MD5 of the
     /// key repeated when more than 128 bits are needed). Squid reads digests only with 4.
     pub summary_hash_functions: u16,
-    /// Summaries: documents the filter is sized for; 0 sizes it from `store.memory` at 13 KiB
-    /// per object (Squid's `store_avg_object_size`). It is resized as the store grows.
+    /// Summaries: documents the filter is sized for; 0 sizes it from `store.memory` and the
+    /// disks' sizes at 13 KiB per object (Squid's `store_avg_object_size`). It is resized as
+    /// the store grows.
     pub summary_capacity: u32,
     /// Summary protocol: publish an update when this share of the cached documents is new
     /// since the last one (the paper: 1 %; 0.1 % to 10 %).
@@ -576,9 +609,7 @@ impl Config {
         if self.http.max_header_bytes < 8192 {
             return invalid("http.max_header_bytes", "must be at least 8 KiB");
         }
-        if self.store.max_object_size > self.store.memory {
-            return invalid("store.max_object_size", "is larger than store.memory");
-        }
+        self.validate_store()?;
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return invalid("cache.heuristic_fraction", "must be between 0 and 1");
         }
@@ -747,6 +778,49 @@ impl Config {
     }
 }
 
+impl Config {
+    fn validate_store(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
+        let store = &self.store;
+        let largest_disk = store.disks.iter().map(|d| d.size).max().unwrap_or(0);
+        if store.max_object_size > store.memory.max(largest_disk) {
+            return invalid(
+                "store.max_object_size",
+                if store.disks.is_empty() {
+                    "is larger than store.memory".into()
+                } else {
+                    "is larger than store.memory and than every store.disk".into()
+                },
+            );
+        }
+        if store.open_files > 1 << 20 {
+            return invalid("store.open_files", "must be at most 1048576".into());
+        }
+        let mut paths = std::collections::HashSet::new();
+        for disk in &store.disks {
+            let name = disk.path.display();
+            if disk.path.as_os_str().is_empty() {
+                return invalid("store.disk.path", "must not be empty".into());
+            }
+            if !paths.insert(disk.path.clone()) {
+                return invalid("store.disk.path", format!("{name} is listed twice"));
+            }
+            if disk.size < 1 << 20 {
+                return invalid("store.disk.size", format!("{name}: must be at least 1 MiB"));
+            }
+            if disk.sync_interval < Duration::from_millis(10)
+                || disk.sync_interval > Duration::from_secs(3600)
+            {
+                return invalid(
+                    "store.disk.sync_interval",
+                    format!("{name}: must be between 10ms and 1h"),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Optional values that a config can switch off with the string `"off"`.
 mod off {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -819,6 +893,29 @@ mod tests {
             Config::from_toml("").expect("empty parses"),
             Config::default()
         );
+    }
+
+    #[test]
+    fn disks_parse_and_let_objects_exceed_memory() {
+        let c = Config::from_toml(
+            "[store]\nmemory = \"64 MiB\"\nmax_object_size = \"4 GiB\"\n\n[[store.disk]]\npath = \"cache\"\nsize = \"20 GiB\"\n\n[[store.disk]]\npath = \"/srv/cache2\"\nsize = \"1 GiB\"\nsync_interval = \"1s\"\n",
+        )
+        .expect("parses");
+        assert_eq!(c.store.disks.len(), 2);
+        assert_eq!(c.store.disks[0].size, 20 << 30);
+        assert_eq!(c.store.disks[0].sync_interval, Duration::from_secs(5));
+        assert_eq!(c.store.disks[1].sync_interval, Duration::from_secs(1));
+        for (toml, key) in [
+            ("[store]\nmax_object_size = \"2 GiB\"\n[[store.disk]]\npath = \"d\"\nsize = \"1 GiB\"\n", "store.max_object_size"),
+            ("[[store.disk]]\npath = \"d\"\nsize = \"1 KiB\"\n", "store.disk.size"),
+            ("[[store.disk]]\npath = \"d\"\nsize = \"1 GiB\"\n[[store.disk]]\npath = \"d\"\nsize = \"1 GiB\"\n", "store.disk.path"),
+            ("[[store.disk]]\npath = \"d\"\nsize = \"1 GiB\"\nsync_interval = \"2h\"\n", "store.disk.sync_interval"),
+            ("[[store.disk]]\npath = \"d\"\n", "size"),
+            ("[[store.disk]]\npath = \"d\"\nsize = \"1 GiB\"\nsise = 3\n", "sise"),
+        ] {
+            let err = Config::from_toml(toml).expect_err(toml).to_string();
+            assert!(err.contains(key), "{toml}: {err}");
+        }
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub enum ProxyError {
     /// Active Cache could not start (engine, or a bound module that does not load).
     #[error("applets: {0}")]
     Applets(String),
+    /// A disk of the store could not be used.
+    #[error("store.disk: {0}")]
+    Disk(meshcache_disk::OpenError),
     /// The access log could not be opened.
     #[error("cannot open access log {path:?}: {source}")]
     AccessLog {

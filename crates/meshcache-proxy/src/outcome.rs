@@ -13,6 +13,8 @@ pub use meshcache_dcm::HierCode;
 pub enum ResultCode {
     /// Served from the memory store (Squid logs memory hits as TCP_MEM_HIT).
     TcpMemHit,
+    /// Served from a disk (Squid's TCP_HIT: a hit that is not a memory hit).
+    TcpHit,
     /// Fetched from upstream.
     TcpMiss,
     /// A stale object revalidated: upstream said 304.
@@ -39,8 +41,9 @@ pub enum ResultCode {
 
 impl ResultCode {
     /// Every code, in metric order.
-    pub const ALL: [ResultCode; 12] = [
+    pub const ALL: [ResultCode; 13] = [
         ResultCode::TcpMemHit,
+        ResultCode::TcpHit,
         ResultCode::TcpMiss,
         ResultCode::TcpRefreshUnmodified,
         ResultCode::TcpRefreshModified,
@@ -58,6 +61,7 @@ impl ResultCode {
     pub fn as_str(self) -> &'static str {
         match self {
             ResultCode::TcpMemHit => "TCP_MEM_HIT",
+            ResultCode::TcpHit => "TCP_HIT",
             ResultCode::TcpMiss => "TCP_MISS",
             ResultCode::TcpRefreshUnmodified => "TCP_REFRESH_UNMODIFIED",
             ResultCode::TcpRefreshModified => "TCP_REFRESH_MODIFIED",
@@ -77,6 +81,7 @@ impl ResultCode {
         matches!(
             self,
             ResultCode::TcpMemHit
+                | ResultCode::TcpHit
                 | ResultCode::TcpRefreshUnmodified
                 | ResultCode::TcpRefreshFailOld
                 | ResultCode::TcpStaleHit

@@ -19,7 +19,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use crate::accesslog::{AccessLog, AccessRecord};
-use crate::cache::Cache;
+use crate::cache::{Cache, DiskSettings};
 use crate::config::{Config, SocketOptions};
 use crate::coop::Coop;
 use crate::efficiency::{Category, ConnCategory, Source, Timed};
@@ -136,14 +136,13 @@ impl Proxy {
         } else {
             None
         };
-        let cache = Cache::with_arena(
-            meshcache_store::StoreConfig {
-                capacity: config.store.memory,
-                max_object_size: config.store.max_object_size,
-                replacement: config.store.replacement,
-            },
-            arena,
-        );
+        let memory = meshcache_store::StoreConfig {
+            capacity: config.store.memory,
+            max_object_size: config.store.max_object_size,
+            replacement: config.store.replacement,
+        };
+        let cache =
+            Cache::with_disks(memory, arena, &disk_settings(&config)).map_err(ProxyError::Disk)?;
         let upstream = Upstream::with_hosts(config.upstream.clone(), &config.dns, metrics.clone());
         let via = headers::via_value(&config.name);
         let x_cache = |what: &str| {
@@ -267,6 +266,9 @@ impl Proxy {
                 stop_rx.clone(),
             )));
         }
+        // The disks' rebuild announces what it finds as admitted: followers and subscribers
+        // are attached by now.
+        shared.cache.start();
         for listener in listeners.http {
             if let Ok(addr) = listener.local_addr() {
                 tracing::info!(%addr, name = %shared.config.name, "proxy listening");
@@ -317,7 +319,37 @@ impl Proxy {
         if let Some(log) = &shared.log {
             log.flush();
         }
+        // What the disks' queues hold is written and synced before the node stops.
+        let cache = shared.cache.clone();
+        let _ = tokio::task::spawn_blocking(move || cache.close(DISK_CLOSE_TIMEOUT)).await;
         Ok(())
+    }
+}
+
+/// How long a stopping node waits for its disks' queues to be written.
+const DISK_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Bytes of writes that may wait in a disk's queue; more are dropped (the objects stay in
+/// memory, or are fetched again).
+const DISK_QUEUE_BYTES: u64 = 64 << 20;
+
+/// The cache's disks as the config names them.
+fn disk_settings(config: &Config) -> DiskSettings {
+    DiskSettings {
+        disks: config
+            .store
+            .disks
+            .iter()
+            .map(|d| meshcache_disk::DiskConfig {
+                path: d.path.clone(),
+                size: d.size,
+                sync_interval: d.sync_interval,
+                replacement: config.store.replacement,
+                max_object_size: config.store.max_object_size,
+                queue_bytes: DISK_QUEUE_BYTES.min(d.size / 4).max(1 << 20),
+            })
+            .collect(),
+        open_files: config.store.open_files,
     }
 }
 

@@ -33,8 +33,8 @@ use meshcache_applet::Built;
 use meshcache_store::InvalidateCause;
 
 use crate::applets::{self, Gate};
-use crate::body::{Capture, ProxyBody, Relay, Transaction};
-use crate::cache::{CachedObject, Collapse, FetchGuard, Found};
+use crate::body::{Capture, ProxyBody, Relay, Spill, Transaction};
+use crate::cache::{CachedObject, Collapse, FetchGuard, Found, Tier};
 use crate::coop::{self, Forwarded};
 use crate::error::UpstreamError;
 use crate::guard::ViolationSlot;
@@ -266,18 +266,19 @@ async fn cached(
 ) -> Response<ProxyBody> {
     let directives = RequestDirectives::parse(&parts.headers);
     let now = SystemTime::now();
-    if let Some(found) = shared.cache.lookup(&target.url, &parts.headers) {
+    if let Some(found) = shared.cache.find(&target.url, &parts.headers).await {
         match found.object().freshness.usability(&directives, now) {
             Usability::Fresh | Usability::StaleAllowed => {
+                let (code, detail) = hit_of(shared, &found, "hit", "hit; detail=disk");
                 return serve_hit(
                     shared,
                     txn,
                     parts,
                     target,
                     found.object(),
-                    ResultCode::TcpMemHit,
+                    code,
                     now,
-                    "hit",
+                    detail,
                 )
                 .await;
             }
@@ -351,26 +352,47 @@ async fn cached(
             let _ =
                 tokio::time::timeout(shared.config.cache.collapse_timeout, done.changed()).await;
             let now = SystemTime::now();
-            if let Some(found) = shared.cache.lookup(&target.url, &parts.headers) {
+            if let Some(found) = shared.cache.find(&target.url, &parts.headers).await {
                 if matches!(
                     found.object().freshness.usability(&directives, now),
                     Usability::Fresh | Usability::StaleAllowed
                 ) {
+                    let (code, detail) = hit_of(
+                        shared,
+                        &found,
+                        "hit; detail=collapsed",
+                        "hit; detail=collapsed",
+                    );
                     return serve_hit(
                         shared,
                         txn,
                         parts,
                         target,
                         found.object(),
-                        ResultCode::TcpMemHit,
+                        code,
                         now,
-                        "hit; detail=collapsed",
+                        detail,
                     )
                     .await;
                 }
             }
             Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await
         }
+    }
+}
+
+/// The result code and `Cache-Status` words of a fresh hit on `found`: Squid's `TCP_MEM_HIT`
+/// from memory, `TCP_HIT` from a disk (counted in the disk's figures).
+fn hit_of(
+    shared: &Shared,
+    found: &Found,
+    memory: &'static str,
+    disk: &'static str,
+) -> (ResultCode, &'static str) {
+    shared.cache.count_hit(found);
+    match found.tier {
+        Tier::Memory => (ResultCode::TcpMemHit, memory),
+        Tier::Disk(_) => (ResultCode::TcpHit, disk),
     }
 }
 
@@ -475,7 +497,7 @@ fn serve_stored(
     let mut headers;
     let mut body = object.body.clone();
     if let Some(hit) = semantics::client_not_modified(&req.headers, &stored) {
-        if code == ResultCode::TcpMemHit {
+        if matches!(code, ResultCode::TcpMemHit | ResultCode::TcpHit) {
             code = match hit {
                 ConditionalHit::IfNoneMatch => ResultCode::TcpInmHit,
                 ConditionalHit::IfModifiedSince => ResultCode::TcpImsHit,
@@ -644,17 +666,30 @@ fn relay_response(
             let url = target.url.clone();
             let req_headers = req.headers.clone();
             let (status, head) = (rparts.status, rparts.headers.clone());
-            let sink = Box::new(move |body: Bytes| {
-                cache.insert(
+            let spill: Option<Spill> = cache.has_disks().then(|| {
+                let (cache, url, req_headers, head) = (
+                    cache.clone(),
+                    url.clone(),
+                    req_headers.clone(),
+                    head.clone(),
+                );
+                Box::new(move || cache.stream(&url, &req_headers, status, &head, f, expected))
+                    as Spill
+            });
+            let sink = Box::new(move |body: Bytes, guard: Option<FetchGuard>| {
+                cache.insert_guarded(
                     &url,
                     &req_headers,
                     CachedObject::new(status, &head, body, f),
+                    guard,
                 );
             });
             Some(Capture::new(
                 shared.config.store.max_object_size,
+                shared.cache.memory_limit(),
                 expected,
                 sink,
+                spill,
                 guard,
             ))
         }
@@ -757,9 +792,13 @@ async fn revalidate(
                 Some(f) => {
                     let obj = CachedObject::new(object.status, &merged, object.body.clone(), f);
                     shared.cache.insert(&target.url, &parts.headers, obj);
-                    match shared.cache.lookup(&target.url, &parts.headers) {
+                    match shared.cache.find(&target.url, &parts.headers).await {
                         Some(found) => found,
-                        None => found,
+                        // Not found at once (on its way to a disk): the merged head is served.
+                        None => Found::detached(
+                            found.key,
+                            CachedObject::new(object.status, &merged, object.body.clone(), f),
+                        ),
                     }
                 }
                 None => {

@@ -149,7 +149,9 @@ impl Summaries {
         if !c.protocol.uses_summaries() {
             return None;
         }
-        let min_capacity = u32::try_from(config.store.memory / AVG_OBJECT_SIZE)
+        let store_bytes =
+            config.store.memory + config.store.disks.iter().map(|d| d.size).sum::<u64>();
+        let min_capacity = u32::try_from(store_bytes / AVG_OBJECT_SIZE)
             .unwrap_or(u32::MAX)
             .max(100);
         let capacity = if c.summary_capacity > 0 {

@@ -83,6 +83,15 @@ pub struct Found {
 }
 
 impl Found {
+    /// An object that is not (or not yet) in the store, as a lookup would have found it.
+    pub fn detached(key: StoreKey, object: CachedObject) -> Found {
+        Found {
+            entry: Arc::new(Entry::Object(object)),
+            key,
+            tier: Tier::Memory,
+        }
+    }
+
     /// The object.
     pub fn object(&self) -> &CachedObject {
         match &*self.entry {
