@@ -70,15 +70,34 @@ async fn a_restart_serves_what_was_stored_before_as_hits() {
 
     let proxy = node(with_disk(dir.path(), 256 << 10)).await;
     rebuilt(&proxy).await;
-    assert_eq!(disk_stats(&proxy.stats().await)["rebuild_found"], paths.len());
+    assert_eq!(
+        disk_stats(&proxy.stats().await)["rebuild_found"],
+        paths.len()
+    );
     for (i, p) in paths.iter().enumerate() {
         let r = get(proxy.addr, &origin.url(p)).await;
         assert_eq!((r.status, r.x_cache()), (200, "HIT"), "{p}");
-        assert!(r.header("cache-status").contains("detail=disk"), "{p}: {:?}", r.headers);
-        let size: usize = p[2..].split('?').next().expect("size").parse().expect("size");
+        assert!(
+            r.header("cache-status").contains("detail=disk"),
+            "{p}: {:?}",
+            r.headers
+        );
+        let size: usize = p[2..]
+            .split('?')
+            .next()
+            .expect("size")
+            .parse()
+            .expect("size");
         assert_eq!(r.body.len(), size, "{p}");
-        assert!(r.body.starts_with(format!("object-{size}").as_bytes()), "{p}");
-        assert_eq!(origin.hits(p), 1, "{p} was fetched once, before the restart");
+        assert!(
+            r.body.starts_with(format!("object-{size}").as_bytes()),
+            "{p}"
+        );
+        assert_eq!(
+            origin.hits(p),
+            1,
+            "{p} was fetched once, before the restart"
+        );
         assert_eq!(proxy.log_code(i + 1).await, "TCP_HIT/200", "{p}");
     }
     // Small objects came back into memory: the second hit is a memory hit.
@@ -86,7 +105,10 @@ async fn a_restart_serves_what_was_stored_before_as_hits() {
     assert_eq!(again.x_cache(), "HIT");
     assert_eq!(proxy.log_code(paths.len() + 1).await, "TCP_MEM_HIT/200");
     let stats = proxy.stats().await;
-    assert!(disk_stats(&stats)["hits"].as_u64() >= Some(paths.len() as u64), "{stats}");
+    assert!(
+        disk_stats(&stats)["hits"].as_u64() >= Some(paths.len() as u64),
+        "{stats}"
+    );
     proxy.stop().await;
 }
 
@@ -104,7 +126,13 @@ async fn disk_hits_answer_ranges_heads_variants_and_revalidations() {
         assert_eq!(get(proxy.addr, &origin.url(p)).await.x_cache(), "MISS");
     }
     for lang in ["en", "fr"] {
-        let r = request(proxy.addr, "GET", &origin.url(varying), &[("accept-language", lang)]).await;
+        let r = request(
+            proxy.addr,
+            "GET",
+            &origin.url(varying),
+            &[("accept-language", lang)],
+        )
+        .await;
         assert_eq!(r.x_cache(), "MISS");
     }
     flushed(&proxy).await;
@@ -117,14 +145,30 @@ async fn disk_hits_answer_ranges_heads_variants_and_revalidations() {
         assert_eq!((r.status, r.x_cache()), (206, "HIT"), "{p}");
         assert_eq!(&r.body[..], &body[2..6], "{p}");
         let h = request(proxy.addr, "HEAD", &origin.url(p), &[]).await;
-        assert_eq!((h.status, h.x_cache(), h.body.len()), (200, "HIT", 0), "{p}");
+        assert_eq!(
+            (h.status, h.x_cache(), h.body.len()),
+            (200, "HIT", 0),
+            "{p}"
+        );
         assert!(h.header("content-length").parse::<usize>().expect("length") > 1000);
     }
     for lang in ["en", "fr"] {
-        let r = request(proxy.addr, "GET", &origin.url(varying), &[("accept-language", lang)]).await;
+        let r = request(
+            proxy.addr,
+            "GET",
+            &origin.url(varying),
+            &[("accept-language", lang)],
+        )
+        .await;
         assert_eq!(r.x_cache(), "HIT", "variant {lang} after the restart");
     }
-    let other = request(proxy.addr, "GET", &origin.url(varying), &[("accept-language", "de")]).await;
+    let other = request(
+        proxy.addr,
+        "GET",
+        &origin.url(varying),
+        &[("accept-language", "de")],
+    )
+    .await;
     assert_eq!(other.x_cache(), "MISS", "a variant never stored");
     assert_eq!(origin.hits(varying), 3);
 
@@ -135,7 +179,9 @@ async fn disk_hits_answer_ranges_heads_variants_and_revalidations() {
     assert_eq!(r.x_cache(), "HIT");
     let lines = proxy.log_lines(1).await;
     assert!(
-        lines.iter().any(|l| l.contains("TCP_REFRESH_UNMODIFIED") && l.contains("/s?")),
+        lines
+            .iter()
+            .any(|l| l.contains("TCP_REFRESH_UNMODIFIED") && l.contains("/s?")),
         "{lines:?}"
     );
     let fetched = origin.hits(stale);
@@ -145,7 +191,11 @@ async fn disk_hits_answer_ranges_heads_variants_and_revalidations() {
     rebuilt(&proxy).await;
     let r = get(proxy.addr, &origin.url(stale)).await;
     assert_eq!(r.x_cache(), "HIT");
-    assert_eq!(origin.hits(stale), fetched, "the merged head was on disk: no revalidation");
+    assert_eq!(
+        origin.hits(stale),
+        fetched,
+        "the merged head was on disk: no revalidation"
+    );
     proxy.stop().await;
 }
 
@@ -161,7 +211,11 @@ async fn invalidations_reach_the_disk() {
         get(proxy.addr, &origin.url(p)).await;
         let r = request(proxy.addr, "POST", &origin.url(p), &[]).await;
         assert_eq!(r.status, 200);
-        assert_eq!(get(proxy.addr, &origin.url(p)).await.x_cache(), "MISS", "{p}");
+        assert_eq!(
+            get(proxy.addr, &origin.url(p)).await.x_cache(),
+            "MISS",
+            "{p}"
+        );
         request(proxy.addr, "DELETE", &origin.url(p), &[]).await;
     }
     flushed(&proxy).await;
@@ -169,7 +223,11 @@ async fn invalidations_reach_the_disk() {
     let proxy = node(with_disk(dir.path(), 1 << 20)).await;
     rebuilt(&proxy).await;
     for p in [small, large] {
-        assert_eq!(get(proxy.addr, &origin.url(p)).await.x_cache(), "MISS", "{p}");
+        assert_eq!(
+            get(proxy.addr, &origin.url(p)).await.x_cache(),
+            "MISS",
+            "{p}"
+        );
     }
     assert_eq!(disk_stats(&proxy.stats().await)["rebuild_found"], 0);
     proxy.stop().await;
@@ -187,7 +245,10 @@ async fn a_second_node_on_the_same_directory_is_refused() {
         Ok(_) => panic!("a second node on a locked directory must be refused"),
     };
     assert!(err.contains("in use by another meshcache"), "{err}");
-    assert!(err.contains(&std::process::id().to_string()), "names the holder: {err}");
+    assert!(
+        err.contains(&std::process::id().to_string()),
+        "names the holder: {err}"
+    );
     first.stop().await;
 }
 
@@ -248,7 +309,10 @@ async fn damaged_truncated_and_foreign_files_are_dropped_not_served() {
     // Exactly the two intact objects were hits; the four damaged ones went to the origin.
     let refetched = paths.iter().filter(|p| origin.hits(p) == 2).count();
     assert_eq!(refetched, 4);
-    assert!(cache.join("README").exists(), "foreign files are left alone");
+    assert!(
+        cache.join("README").exists(),
+        "foreign files are left alone"
+    );
     proxy.stop().await;
 }
 
