@@ -22,7 +22,7 @@ use meshcache_proxy::Config;
 use meshcache_wire::icp;
 use support::{run, tool, Capture, Squid};
 
-/// 127.0.0.n. This file uses 127.0.0.101..=127.0.0.134, one set per test.
+/// 127.0.0.n. This file uses 127.0.0.101..=127.0.0.136, one set per test.
 fn ip(n: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, n)
 }
@@ -972,5 +972,68 @@ async fn meshcache_reads_squids_digest_and_fetches_its_hits() {
     assert_eq!(get(m.addr, &other).await.status, 200);
     let peer = &m.stats().await["summary"]["peers"][0];
     eprintln!("Squid's digest as meshcache sees it: {peer}");
+    m.stop().await;
+}
+
+/// 8. A restart with a disk: what meshcache stored before it stopped is on its disk; started
+/// again, it answers Squid's ICP queries for those objects with HIT and serves them from the
+/// disk (`SIBLING_HIT/<meshcache>` in Squid's log, `TCP_HIT` in meshcache's, origin untouched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn squid_finds_meshcaches_restored_objects_after_a_restart() {
+    let Some(squid_bin) = tool("squid") else {
+        return;
+    };
+    let origin = Origin::start().await.expect("origin");
+    let (s_ip, m_ip) = (ip(135), ip(136));
+    let dir = tempfile::tempdir().expect("tmp");
+    let with_disk = |c: &mut Config| {
+        c.cooperation.icp_allow = vec![format!("{s_ip}/32").parse().expect("net")];
+        c.store.disks = vec![meshcache_proxy::config::DiskSection {
+            path: dir.path().join("cache"),
+            size: 16 << 20,
+            sync_interval: Duration::from_millis(200),
+        }];
+    };
+    let paths: Vec<String> = (0..5)
+        .map(|i| format!("/t8-{i}?size={}&cc=max-age=600", 300 + i * 20_000))
+        .collect();
+    let m = start(mesh("t8mesh", m_ip, with_disk), |_| {});
+    for p in &paths {
+        assert_eq!(get(m.addr, &origin.url(p)).await.x_cache(), "MISS");
+    }
+    let cache = m.proxy.cache().clone();
+    assert!(
+        tokio::task::spawn_blocking(move || cache.flush_disks(Duration::from_secs(10)))
+            .await
+            .expect("joined")
+    );
+    m.stop().await;
+
+    let m = start(mesh("t8mesh", m_ip, with_disk), |_| {});
+    let until = Instant::now() + Duration::from_secs(10);
+    while !m.proxy.cache().disks_rebuilt() {
+        assert!(Instant::now() < until, "the disk was not rebuilt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (m_http, m_icp) = (m.addr, m.proxy.config().cooperation.icp_listen);
+    let mut squid = Squid::new("t8squid", s_ip);
+    squid
+        .start(&squid_bin, &cache_peer(m_ip, "sibling", m_http, m_icp))
+        .await;
+    let warm = origin.url("/t8-warmup?size=1&cc=max-age=600");
+    assert_eq!(get(squid.http, &warm).await.status, 200);
+    wait_squid_heard(&squid, m_ip).await;
+    for (i, p) in paths.iter().enumerate() {
+        let url = origin.url(p);
+        let r = get(squid.http, &url).await;
+        assert_eq!(r.status, 200, "{p}");
+        assert_eq!(r.body, expected_body(300 + i * 20_000), "{p}");
+        assert_eq!(origin.hits(p), 1, "{p}: served by meshcache from its disk");
+        let line = squid.http_line(&url).await;
+        assert_eq!(field(&line, 8), format!("SIBLING_HIT/{m_ip}"), "{line}");
+        let mline = mesh_line(&m, &url, 0).await;
+        assert!(field(&mline, 3).starts_with("TCP_HIT/200"), "{mline}");
+    }
+    check_squid_log(&squid);
     m.stop().await;
 }
