@@ -47,13 +47,17 @@ pub struct Garbage {
     pub location: Location,
 }
 
-/// What the rebuild should do with a record it found.
+/// What became of a record the rebuild found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Found {
     /// Indexed.
     Indexed,
-    /// Left alone: the index already has this key from this run, or a newer record of it.
+    /// Garbage: this run wrote, removed or invalidated its key, so it is outdated.
     Superseded,
+    /// The rebuild found another record of the key before (a crash between writing a new
+    /// version and killing the old one): the caller reads that one's serial and calls
+    /// [`DiskIndex::settle`]. Nothing was changed yet.
+    Twin(DiskEntry),
 }
 
 /// A disk's index; see the [module documentation](self).
@@ -66,9 +70,6 @@ pub struct DiskIndex {
     /// While the rebuild runs: keys written, removed or invalidated by this run, which the
     /// rebuild must not bring back from older records.
     touched: Option<HashSet<StoreKey>>,
-    /// The serials of the records the rebuild indexed, until it ends (to pick the newest of two
-    /// records of one key).
-    found_serials: HashMap<StoreKey, u64>,
     changes: Vec<StoreEvent>,
     garbage: Vec<Garbage>,
 }
@@ -83,7 +84,6 @@ impl DiskIndex {
             space: Space::new(slab_units, !rebuilding),
             pending: HashMap::new(),
             touched: rebuilding.then(HashSet::new),
-            found_serials: HashMap::new(),
             changes: Vec::new(),
             garbage: Vec::new(),
         }
@@ -255,28 +255,44 @@ impl DiskIndex {
         }
     }
 
-    /// The rebuild found a valid record of `entry`'s key, numbered `serial`. Slab records'
-    /// units are marked used whether or not the record is indexed (a superseded one is garbage
-    /// and freed by the writer).
-    pub fn found(&mut self, entry: DiskEntry, serial: u64) -> Found {
+    /// The rebuild found a valid record of `entry`'s key. Slab records' units are marked used
+    /// whether or not the record is indexed (one not indexed is garbage, freed by the writer).
+    pub fn found(&mut self, entry: DiskEntry) -> Found {
         let key = entry.key();
         if let Location::Slab { unit, len } = entry.location() {
             self.space.occupy(unit, u64::from(len).div_ceil(UNIT));
         }
-        let touched = self.touched.as_ref().is_some_and(|t| t.contains(&key));
-        let older_than_found = self.found_serials.get(&key).is_some_and(|&s| s > serial);
-        if touched || older_than_found {
+        if self.touched.as_ref().is_some_and(|t| t.contains(&key)) {
             self.garbage.push(Garbage {
                 key,
                 location: entry.location(),
             });
             return Found::Superseded;
         }
-        self.found_serials.insert(key, serial);
+        if let Some(twin) = self.peek(&key) {
+            // Rare (a crash window): the caller compares serials, without this lock held.
+            return Found::Twin(twin);
+        }
         if self.admit(entry) {
             Found::Indexed
         } else {
             Found::Superseded
+        }
+    }
+
+    /// Settles a [`Found::Twin`]: `newer` is the one of the two records of the key with the
+    /// larger serial. If `older` is still the one indexed, the newer replaces it; the record
+    /// not indexed becomes garbage.
+    pub fn settle(&mut self, found: DiskEntry, indexed: DiskEntry, found_is_newer: bool) {
+        let key = found.key();
+        let still = self.peek(&key) == Some(indexed);
+        if still && found_is_newer {
+            self.admit(found);
+        } else {
+            self.garbage.push(Garbage {
+                key,
+                location: found.location(),
+            });
         }
     }
 
@@ -288,7 +304,6 @@ impl DiskIndex {
     /// The rebuild is over: forget what it needed.
     pub fn rebuilt(&mut self) {
         self.touched = None;
-        self.found_serials = HashMap::new();
     }
 
     /// Whether the rebuild is still running.
@@ -316,7 +331,6 @@ impl DiskIndex {
         self.clear();
         self.space = Space::new(slab_units, true);
         self.touched = None;
-        self.found_serials = HashMap::new();
     }
 
     /// The changes since the last call, in order.
@@ -424,16 +438,18 @@ mod tests {
             None,
             "nothing is free before the rebuild says so"
         );
-        assert_eq!(ix.found(slab(1, 0), 5), Found::Indexed);
-        assert_eq!(ix.found(slab(1, 1), 4), Found::Superseded, "older");
-        assert_eq!(ix.found(slab(1, 2), 6), Found::Indexed, "newer replaces");
+        assert_eq!(ix.found(slab(1, 0)), Found::Indexed);
+        assert_eq!(ix.found(slab(1, 1)), Found::Twin(slab(1, 0)));
+        ix.settle(slab(1, 1), slab(1, 0), false);
+        assert_eq!(ix.found(slab(1, 2)), Found::Twin(slab(1, 0)));
+        ix.settle(slab(1, 2), slab(1, 0), true);
         assert_eq!(
             ix.peek(&key(1)).map(|e| e.location()),
             Some(Location::Slab { unit: 2, len: 256 })
         );
         // This run invalidated key 2: an old record of it stays gone.
         ix.remove(&key(2), Gone::Invalidated(InvalidateCause::Explicit));
-        assert_eq!(ix.found(slab(2, 3), 1), Found::Superseded);
+        assert_eq!(ix.found(slab(2, 3)), Found::Superseded);
         ix.found_free(4, 996);
         assert_eq!(ix.space().free_units(), 996);
         ix.rebuilt();

@@ -25,6 +25,7 @@ use crate::disk::Shared;
 use crate::entry::{DiskEntry, Location, MAX_SLAB_RECORD};
 use crate::fault::Fault;
 use crate::format::{Damage, Header, Kind, HEADER_LEN};
+use crate::index::Found;
 use crate::space::UNIT;
 use crate::writer::collect;
 
@@ -51,20 +52,61 @@ impl Batch {
             std::mem::take(&mut self.free),
         );
         let indexed = found.len() as u64;
+        let mut twins = Vec::new();
         let garbage = shared
             .locked(|ix| {
                 for &(unit, units) in &free {
                     ix.found_free(unit, units);
                 }
                 for &(entry, serial) in &found {
-                    ix.found(entry, serial);
+                    if let Found::Twin(twin) = ix.found(entry) {
+                        twins.push((entry, serial, twin));
+                    }
                 }
                 ix.take_garbage()
             })
             .unwrap_or_default();
-        shared.counters.rebuild_found.fetch_add(indexed, Relaxed);
         collect(shared, garbage);
+        if !twins.is_empty() {
+            // Two valid records of one key: the one written later wins.
+            let newer: Vec<bool> = twins
+                .iter()
+                .map(|(entry, serial, twin)| {
+                    serial_at(shared, &entry.key(), twin.location()).is_none_or(|s| *serial > s)
+                })
+                .collect();
+            let garbage = shared
+                .locked(|ix| {
+                    for ((entry, _, twin), &newer) in twins.iter().zip(&newer) {
+                        ix.settle(*entry, *twin, newer);
+                    }
+                    ix.take_garbage()
+                })
+                .unwrap_or_default();
+            collect(shared, garbage);
+        }
+        shared
+            .counters
+            .rebuild_found
+            .fetch_add(indexed - twins.len() as u64, Relaxed);
     }
+}
+
+/// The serial of the record of `key` at `location`, read from its header.
+fn serial_at(shared: &Shared, key: &StoreKey, location: Location) -> Option<u64> {
+    let mut head = [0u8; HEADER_LEN];
+    match location {
+        Location::Slab { unit, .. } => {
+            let slab = shared.files.read().slab.clone();
+            slab.read_exact_at(&mut head, unit * UNIT).ok()?;
+        }
+        Location::File { .. } => {
+            File::open(shared.layout.file_of(key))
+                .and_then(|f| f.read_exact_at(&mut head, 0))
+                .ok()?;
+        }
+    }
+    Header::decode(&head).ok().map(|h| h.serial)
 }
 
 /// The rebuild thread's body.

@@ -20,6 +20,7 @@ mod lab_run;
 mod sim;
 mod sim_model;
 mod sim_sweep;
+mod store;
 mod workload;
 
 /// meshcache: a cooperative web proxy cache.
@@ -37,6 +38,11 @@ enum Command {
         /// TOML config file.
         #[arg(short, long)]
         config: Option<PathBuf>,
+    },
+    /// The disk store: check (and repair) a disk's directory offline.
+    Store {
+        #[command(subcommand)]
+        command: store::StoreCommand,
     },
     /// Print or check configuration.
     Config {
@@ -188,6 +194,7 @@ fn main() -> ExitCode {
         Command::Sim { command } => sim::run(command),
         Command::Digest { command } => digest::run(command),
         Command::Applet { command } => applet::run(command),
+        Command::Store { command } => store::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
