@@ -84,16 +84,16 @@ struct Seen1 {
 pub fn check(dir: &Path, repair: bool) -> Result<CheckReport, OpenError> {
     let layout = Layout::new(dir);
     let io_err = |what: &'static str| {
-        move |source| OpenError::Io {
+        move |error| OpenError::Io {
             path: dir.to_owned(),
             what,
-            source,
+            error,
         }
     };
     if !dir.is_dir() {
-        return Err(io_err("opening")(std::io::Error::from(
-            std::io::ErrorKind::NotFound,
-        )));
+        return Err(OpenError::NotADirectory {
+            path: dir.to_owned(),
+        });
     }
     let _lock = layout.take_lock()?;
     let stop = AtomicBool::new(false);

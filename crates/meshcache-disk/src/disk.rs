@@ -249,10 +249,10 @@ impl Shared {
         let lock = layout.take_lock()?;
         let run = layout.next_run()?;
         let (slab, len) = layout.open_slab(slab_len)?;
-        let slab_id = file_id(&slab).map_err(|source| OpenError::Io {
+        let slab_id = file_id(&slab).map_err(|error| OpenError::Io {
             path: layout.dir().to_owned(),
             what: "reading the slab's identity",
-            source,
+            error,
         })?;
         Ok((
             Files {

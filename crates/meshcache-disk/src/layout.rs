@@ -44,14 +44,20 @@ pub enum OpenError {
         found: String,
     },
     /// A file system error.
-    #[error("{path}: {what}: {source}")]
+    #[error("{path}: {what}: {error}")]
     Io {
         /// The directory.
         path: PathBuf,
         /// What was being done.
         what: &'static str,
         /// The error.
-        source: io::Error,
+        error: io::Error,
+    },
+    /// The directory to check does not exist.
+    #[error("{path} is not a directory")]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
     },
 }
 
@@ -109,10 +115,10 @@ impl Layout {
     }
 
     fn err(&self, what: &'static str) -> impl FnOnce(io::Error) -> OpenError + '_ {
-        move |source| OpenError::Io {
+        move |error| OpenError::Io {
             path: self.dir.clone(),
             what,
-            source,
+            error,
         }
     }
 

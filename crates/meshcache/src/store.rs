@@ -2,8 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
-
 /// Disk store tools.
 #[derive(clap::Subcommand)]
 pub enum StoreCommand {
@@ -25,8 +23,7 @@ pub enum StoreCommand {
 /// scripts notice.
 pub fn run(command: StoreCommand) -> anyhow::Result<()> {
     let StoreCommand::Check { dir, repair, json } = command;
-    let report = meshcache_disk::check(&dir, repair)
-        .with_context(|| format!("cannot check {}", dir.display()))?;
+    let report = meshcache_disk::check(&dir, repair)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
