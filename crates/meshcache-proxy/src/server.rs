@@ -346,7 +346,7 @@ fn disk_settings(config: &Config) -> DiskSettings {
                 sync_interval: d.sync_interval,
                 replacement: config.store.replacement,
                 max_object_size: config.store.max_object_size,
-                queue_bytes: DISK_QUEUE_BYTES.min(d.size / 4).max(1 << 20),
+                queue_bytes: DISK_QUEUE_BYTES,
             })
             .collect(),
         open_files: config.store.open_files,

@@ -9,8 +9,9 @@
 //! * requests: `--requests` (default 100,000) ranks drawn from Zipf(`--alpha`, default 0.8),
 //!   the same seeded stream for every node, sent by 4 clients on persistent connections;
 //! * nodes: `tiered` (memory `--memory`, default 8 MiB, and a disk of `--disk-share` × the working
-//!   set, default 1.0), `one store` (memory alone of the same total), and `memory only`
-//!   (`--memory` alone, for scale).
+//!   set, default 1.0), `one store` (memory alone of the same total), `disk-sized store` (memory
+//!   alone of the disk's size: the tiers are inclusive, every object in memory is on disk too),
+//!   and `memory only` (`--memory` alone, for scale).
 //!
 //! Prints the hit ratios (each node's own count of hits, from `/stats`), the difference, and
 //! the latency of each kind of hit as the clients saw it. Not a test: nothing is asserted.
@@ -283,9 +284,10 @@ fn main() {
             a.disk_share
         );
         let dir = tempfile::tempdir().expect("tmp");
-        let configs: [(&str, u64, Option<u64>); 3] = [
+        let configs: [(&str, u64, Option<u64>); 4] = [
             ("tiered", a.memory, Some(disk)),
             ("one store", a.memory + disk, None),
+            ("disk-sized store", disk, None),
             ("memory only", a.memory, None),
         ];
         let mut ratios = Vec::new();
