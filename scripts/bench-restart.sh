@@ -6,7 +6,7 @@
 # For each target: start the server on an empty cache (pinned to core 1) and measure its
 # resident memory once its (empty) rebuild is done; fill it with OBJECTS distinct small objects
 # through the proxy (`meshcache lab load` replaying a trace of distinct URLs, on core 0), replay
-# the trace again (at most --refill-passes times) while the server's own count says objects are
+# the trace again (meshcache: at most --refill-passes times) while its own count says objects are
 # missing; let its disk writes drain; pick a random sample of URLs the server holds (asked with
 # `Cache-Control: only-if-cached`, which never reaches the origin); stop it cleanly (SIGTERM);
 # start it again and time (a) until its rebuild is complete (meshcache: /stats
@@ -29,14 +29,18 @@
 #   --targets LIST       subset of meshcache,squid-rock,squid-aufs (default all three)
 #   --sample N           stored URLs checked as hits after the restart (default 1000)
 #   --clients N          concurrent clients filling the cache (default 32)
-#   --refill-passes N    replays of the fill while the server holds fewer than N objects
-#                        (default 1; 0: never)
+#   --refill-passes N    meshcache: replays of the fill while it holds fewer objects than
+#                        were requested (its disk writes are dropped when its queue is full)
+#                        (default 2; 0: never)
+#   --squid-refill-passes N  the same for Squid (default 0: Squid rock keeps one object per
+#                        hash of its key in its map, and a worker's store entries need a slot of
+#                        a shared table of in-flight entries: the objects it lost that way are
+#                        lost again, or others with them, when fetched again)
 #   --disk-mib N         the disk's size: meshcache's [[store.disk]] size and Squid's
 #                        cache_dir size, MiB (default 4096)
 #   --rebuild-timeout S  the longest a rebuild may take (default 600)
-#   --work-dir DIR       where the caches are made (default /tmp; needs about 9 KB per object
-#                        free with all three targets, 4 KB with one; caches are removed after
-#                        each target)
+#   --work-dir DIR       where the caches are made (default /tmp; needs about 4 KB per object
+#                        free, plus 1 GiB)
 #   --keep               keep the caches (in the work directory; its path is printed)
 #   --out DIR            results directory (default target/bench-restart/<UTC timestamp>)
 #   --bin PATH           meshcache binary (default: build target/release/meshcache)
@@ -47,9 +51,10 @@
 #   --note TEXT          a line added to the results' header
 #   --quiet-budget S     seconds (default 120) this run may spend waiting for other processes'
 #                        CPU use to drop (below 15% of a core) before each restart; 0 disables
-# Defaults (1,000,000 objects, three targets) take about 30-40 minutes and 9 GB of disk at
-# most, most of it filling the caches (meshcache about 3 minutes, Squid rock 5-8, aufs 8-12,
-# with a refill pass each at worst); --objects 50000 takes about 3 minutes.
+# Defaults (1,000,000 objects, three targets) take about 15 minutes on a quiet 2-core machine
+# (at most about 30 with meshcache refill passes and the quiet budget), most of it filling the
+# caches at 5,000-25,000 requests/s; disk: about 4 KB per object at a time (each target's cache
+# is removed before the next). --objects 50000 takes about 1-2 minutes.
 # Installs squid, curl, jq when missing (apt).
 # Output: a Markdown table on stdout and in OUT/results.md; OUT/results.json; the generated
 # configs, the servers' logs and each phase's raw figures in OUT/.
@@ -68,7 +73,8 @@ SIZE=1024
 TARGETS=meshcache,squid-rock,squid-aufs
 SAMPLE=1000
 CLIENTS=32
-REFILLS=1
+REFILLS=2
+SQUID_REFILLS=0
 DISK_MIB=4096
 REBUILD_TIMEOUT=600
 WORK_PARENT=/tmp
@@ -96,6 +102,7 @@ while [ $# -gt 0 ]; do
     --sample) SAMPLE=$2; shift 2 ;;
     --clients) CLIENTS=$2; shift 2 ;;
     --refill-passes) REFILLS=$2; shift 2 ;;
+    --squid-refill-passes) SQUID_REFILLS=$2; shift 2 ;;
     --disk-mib) DISK_MIB=$2; shift 2 ;;
     --rebuild-timeout) REBUILD_TIMEOUT=$2; shift 2 ;;
     --work-dir) WORK_PARENT=$2; shift 2 ;;
@@ -119,6 +126,7 @@ num "$SAMPLE" && [ "$SAMPLE" -ge 10 ] && [ "$SAMPLE" -le 100000 ] || die "--samp
 [ $((SAMPLE * 2 + PROBES)) -le "$OBJECTS" ] || die "--sample: at most (objects - $PROBES) / 2"
 num "$CLIENTS" && [ "$CLIENTS" -ge 1 ] && [ "$CLIENTS" -le 1000 ] || die "--clients: 1..1000"
 num "$REFILLS" && [ "$REFILLS" -le 5 ] || die "--refill-passes: 0..5"
+num "$SQUID_REFILLS" && [ "$SQUID_REFILLS" -le 5 ] || die "--squid-refill-passes: 0..5"
 num "$DISK_MIB" && [ "$DISK_MIB" -ge 64 ] || die "--disk-mib: at least 64"
 num "$REBUILD_TIMEOUT" && [ "$REBUILD_TIMEOUT" -ge 10 ] && [ "$REBUILD_TIMEOUT" -le 3600 ] || die "--rebuild-timeout: 10..3600 s"
 num "$QUIET_BUDGET" || die "--quiet-budget: seconds"
@@ -331,27 +339,28 @@ poll_rebuild() {
     text=$(tail -c +"$((CLOG_OFF + 1))" "$CLOG" 2>/dev/null) || return 0
     if [ -z "$SQUID_KID" ]; then
       # The process that loads the cache_dir: the disker (rock) or the worker (aufs).
-      SQUID_KID=$(grep -oE 'kid[0-9]+\| (Loading cache_dir #0 from|Rebuilding storage in)' <<<"$text" | head -n 1 | cut -d'|' -f1) || true
+      SQUID_KID=$(awk 'match($0, /kid[0-9]+\| (Loading cache_dir #0 from|Rebuilding storage in)/) { s = substr($0, RSTART); sub(/\|.*/, "", s); print s; exit }' <<<"$text")
       [ -n "$SQUID_KID" ] || return 0
     fi
     grep -q "$SQUID_KID| *Took [0-9.]* seconds" <<<"$text" || return 0
     RB_DONE=1
-    RB_OWN_S=$(grep -oE "$SQUID_KID\| *Took [0-9.]+ seconds" <<<"$text" | head -n 1 | awk '{ print $(NF - 1) }')
-    RB_FOUND=$(grep -oE "$SQUID_KID\| *[0-9]+ Objects loaded" <<<"$text" | head -n 1 | awk '{ print $(NF - 2) }')
-    RB_SCANNED=$(grep -oE "$SQUID_KID\| *[0-9]+ Entries scanned" <<<"$text" | head -n 1 | awk '{ print $(NF - 2) }')
+    # "kid2|   Took 8.49 seconds (222.13 objects/sec)." and the counts above it, of that process.
+    RB_OWN_S=$(awk -v k="$SQUID_KID|" 'index($0, k) && $0 ~ /\| *Took [0-9.]+ seconds/ { for (i = 1; i < NF; i++) if ($i == "Took") { print $(i + 1); exit } }' <<<"$text")
+    RB_FOUND=$(awk -v k="$SQUID_KID|" 'index($0, k) && / Objects loaded\./ { print $(NF - 2); exit }' <<<"$text")
+    RB_SCANNED=$(awk -v k="$SQUID_KID|" 'index($0, k) && / Entries scanned/ { print $(NF - 2); exit }' <<<"$text")
   fi
 }
 
 # The server's count of objects on its disk.
 stored_count() {
   if [ "$KIND" = meshcache ]; then
-    mesh_stats | jq -r '.store.disks[0].objects'
+    mesh_stats | jq -r '.store.disks[0].objects' || true
   elif [ "$T" = squid-rock ]; then
     curl -s --noproxy '*' --max-time 10 "http://127.0.0.1:$SQUID_PORT/squid-internal-mgr/storedir" |
-      awk '/^Current entries:/ { s += $3; seen = 1 } END { print seen ? s : "" }'
+      awk '/^Current entries:/ { s += $3; seen = 1 } END { print seen ? s : "" }' || true
   else
     curl -s --noproxy '*' --max-time 10 "http://127.0.0.1:$SQUID_PORT/squid-internal-mgr/info" |
-      awk '/on-disk objects/ { print $1; exit }'
+      awk '/on-disk objects/ { print $1; exit }' || true
   fi
 }
 
@@ -402,7 +411,7 @@ observe_start() { # phase probe-kind(fill|empty)
     [ "$NOW" -lt "$deadline" ] || die "$T ($phase): rebuild not done after $REBUILD_TIMEOUT s"
     kill -0 "$SRV_PID" 2>/dev/null || die "$T ($phase): exited during its rebuild (log: $OUT/logs/$T.log)"
     if [ "$NOW" -ge "$next_probe" ] && [ "$n_probe" -lt "$PROBES" ]; then
-      if [ "$pkind" = fill ]; then url=$(url_of "${PROBE_IDX[$n_probe]}"); else url="$ORIGIN/e-$n_probe?size=$SIZE&cc=max-age%3D86400"; fi
+      if [ "$pkind" = fill ]; then url=$(url_of "${PROBE_IDX[$n_probe]}"); else url="$ORIGIN/e-$n_probe?size=$SIZE&cc=no-store"; fi
       r=$(probe "$url")
       t_ms=$(( (NOW - T0) / 1000 ))
       echo "$T,$phase,$n_probe,$t_ms,$r" >>"$OUT/probes.csv"
@@ -443,7 +452,7 @@ drain() {
   local i s prev=""
   for ((i = 0; i < 600; i++)); do
     if [ "$KIND" = meshcache ]; then
-      s=$(mesh_stats | jq -r '.store.disks[0] | "\(.queue_jobs) \(.pending) \(.objects)"')
+      s=$(mesh_stats | jq -r '.store.disks[0] | "\(.queue_jobs) \(.pending) \(.objects)"') || s=""
       read -r q p STORED <<<"$s"
       [ "$q" = 0 ] && [ "$p" = 0 ] && return 0
     else
@@ -463,7 +472,7 @@ curl_cfg() { # file-of-indexes
 # The origin's count for each URL (each call adds 1: this request).
 origin_counts() { # file-of-indexes
   curl_cfg "$1" >"$WORK/counts.cfg"
-  taskset -c 0 curl -s --noproxy '*' --max-time 600 -K "$WORK/counts.cfg" -w '%header{x-origin-count}\n'
+  taskset -c 0 curl -s --noproxy '*' --max-time 600 -K "$WORK/counts.cfg" -w '%header{x-origin-count}\n' || log "$T: some origin count requests failed"
 }
 
 # The sample: the first SAMPLE candidates the server holds (only-if-cached: a 504 for an object
@@ -472,7 +481,7 @@ select_sample() {
   local off=0 batch=$((SAMPLE * 3 / 2 + 100)) got=0 tries
   : >"$WORK/sample.idx"
   for ((tries = 0; tries < 20 && got < SAMPLE; tries++)); do
-    tail -n +"$((off + 1))" "$WORK/candidates.idx" | head -n "$batch" >"$WORK/batch.idx"
+    sed -n "$((off + 1)),$((off + batch))p" "$WORK/candidates.idx" >"$WORK/batch.idx"
     [ -s "$WORK/batch.idx" ] || break
     off=$((off + batch))
     curl_cfg "$WORK/batch.idx" >"$WORK/batch.cfg"
@@ -518,8 +527,9 @@ run_target() { # target
   put fill_s "$FILL_S"; put fill_rps "$FILL_RPS"; put fill_miss "$FILL_MISS"; put fill_err "$FILL_ERR"
   drain
   put stored_after_fill "$STORED"
-  local pass=1
-  while [ "${STORED:-0}" -lt "$OBJECTS" ] && [ "$pass" -le "$REFILLS" ]; do
+  local pass=1 max_refills=$REFILLS
+  [ "$KIND" = meshcache ] || max_refills=$SQUID_REFILLS
+  while [ "${STORED:-0}" -lt "$OBJECTS" ] && [ "$pass" -le "$max_refills" ]; do
     log "$T: holds $STORED of $OBJECTS objects: replaying the fill"
     pass=$((pass + 1))
     fill_pass "$pass"
@@ -528,7 +538,7 @@ run_target() { # target
   put refills "$((pass - 1))"; put refill_miss "$([ $pass -gt 1 ] && echo "$FILL_MISS" || echo 0)"
   if [ "$KIND" = meshcache ]; then
     local d
-    d=$(mesh_stats | jq -c '.store.disks[0] | {writes, dropped, objects, faults}')
+    d=$(mesh_stats | jq -c '.store.disks[0] | {writes, dropped, objects, faults}') || d='{}'
     put disk_writes "$(jq -r .writes <<<"$d")"; put disk_dropped "$(jq -r .dropped <<<"$d")"
     log "$T: disk after the fill: $d"
   fi
@@ -563,7 +573,8 @@ run_target() { # target
   put sample_hits "$(jq -r '.outcomes.local_hit // 0' "$out" 2>/dev/null || echo 0)"
   put sample_err "$(jq -r '[.errors[]?] | add // 0' "$out" 2>/dev/null || echo 0)"
   origin_counts "$WORK/sample.idx" >"$WORK/counts.after"
-  put origin_moved "$(paste -d' ' "$WORK/counts.before" "$WORK/counts.after" | awk '$2 != $1 + 1 { n++ } END { print n + 0 }')"
+  paste -d' ' "$WORK/sample.idx" "$WORK/counts.before" "$WORK/counts.after" | awk '$3 != $2 + 1 { print $1 }' >"$OUT/sample-missed-$T.idx"
+  put origin_moved "$(wc -l <"$OUT/sample-missed-$T.idx")"
   put indexed_after "$(stored_count)"
   mem_tree
   put sample_rss_kb "$MEM_RSS"
@@ -584,7 +595,7 @@ T_END=$EPOCHSECONDS
 
 # ---------------------------------------------------------------- report
 CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-SQUID_V=$( (squid -v 2>/dev/null || true) | head -n 1 | awk '{ print $NF }')
+SQUID_V=$( (squid -v 2>/dev/null || true) | awk 'NR == 1 { print $NF }')
 MESH_V=$("$BIN" --version 2>/dev/null || echo meshcache)
 FSTYPE=$(stat -f -c %T "$WORK")
 
@@ -598,6 +609,7 @@ for t in "${TARGET_LIST[@]}"; do
     put "per_obj_$k" "$(awk -v f="${R[$t,full_${k}_kb]}" -v e="${R[$t,empty_${k}_kb]}" -v n="$n" 'BEGIN { if (n > 0) printf "%.1f", (f - e) * 1024 / n; else print "" }')"
   done
   put total_per_obj "$(awk -v f="${R[$t,full_rss_kb]}" -v n="$n" 'BEGIN { if (n > 0) printf "%.0f", f * 1024 / n; else print "" }')"
+  put own_per_scanned_us "$(awk -v s="${R[$t,own_s]}" -v n="${R[$t,scanned]:-0}" 'BEGIN { if (n > 0 && s != "") printf "%.2f", s * 1e6 / n; else print "" }')"
   put own_per_obj_us "$(awk -v s="${R[$t,own_s]}" -v n="$n" 'BEGIN { if (n > 0 && s != "") printf "%.2f", s * 1e6 / n; else print "" }')"
 done
 
@@ -616,8 +628,8 @@ row() { # label key [suffix]
   echo "- machine: $(nproc) CPUs, $CPU_MODEL, kernel $(uname -r); network namespace: $NETNS_USED; caches on $FSTYPE under $WORK_PARENT"
   echo "- objects: $OBJECTS distinct URLs of $SIZE bytes (max-age 1 day), filled by \`meshcache lab load\` with $CLIENTS closed-loop clients (core 0, beside the origin emulator); each server pinned to core 1, one at a time: meshcache with TOKIO_WORKER_THREADS=1, memory 16 MiB, one disk of $DISK_MIB MiB; Squid 1 worker, cache_mem 16 MB, \`cache_dir rock $DISK_MIB slot-size=2048\` (with its disker and coordinator processes) or \`cache_dir aufs $DISK_MIB 16 256\`"
   echo "- restart: SIGTERM, wait for the exit, start again: a process restart, not a reboot (the cache files stay in the page cache). Times are from the start command; the rebuild's end is polled every 50 ms (meshcache: /stats rebuilding false; Squid: the cache_dir's process logs \"Finished rebuilding storage from disk\")"
-  echo "- sample: $SAMPLE random URLs the server held before the stop (checked with only-if-cached); after the restart's rebuild, requested by $SAMPLE_CLIENTS concurrent clients; a hit is X-Cache HIT and the origin's per-URL counter unchanged. Probes: stored URLs outside the sample, one every 0.5 s (2 s after the 20th) while the rebuild runs"
-  echo "- memory: summed over the server's process tree, taken as soon as the rebuild was done (before the sample), on the filled cache and, before the fill, on the empty cache; per object = (filled - empty) / objects indexed. VmRSS counts a page shared by several processes once in each (Squid's shared memory); Pss counts it once in all; anon+shm = Pss_Anon + Pss_Shmem (no mapped files: the binary's and libraries' pages)"
+  echo "- sample: $SAMPLE random URLs the server held before the stop (it answered them with only-if-cached, from memory or disk); after the restart's rebuild, requested by $SAMPLE_CLIENTS concurrent clients; a hit is X-Cache HIT and the origin's per-URL counter unchanged (the URLs that were not: sample-missed-TARGET.idx, the objects' indexes in fill order). Probes: stored URLs outside the sample, one every 0.5 s (2 s after the 20th) while the rebuild runs"
+  echo "- memory: summed over the server's process tree, taken as soon as the rebuild was done (before the sample), on the filled cache and, before the fill, on the empty cache; per object = (filled - empty) / objects indexed. VmRSS counts a page shared by several processes once in each: Squid's master, worker and disker all map its shared memory segments (rock's index among them), so its VmRSS sum counts them up to three times; Pss counts every page once in all (read Squid's figure there; for meshcache, one process, the two differ only by shared file pages); anon+shm = Pss_Anon + Pss_Shmem (no mapped files: the binary's and libraries' pages). A fixed cost of the rebuild (buffers, tables sized at start) weighs on the per-object figure when there are few objects"
   echo "- run took $((T_END - T_START)) s, of which $QUIET_SPENT s waiting for other processes to go quiet"
   echo
   line="| |"; sep="| --- |"
@@ -637,7 +649,8 @@ row() { # label key [suffix]
   row "**restart: listening after**" listen_s " s"
   row "**restart: rebuild done after (polled)**" rebuilt_s " s"
   row "restart: server's own rebuild time" own_s " s"
-  row "restart: server's own time per object" own_per_obj_us " µs"
+  row "restart: server's own time per object indexed" own_per_obj_us " µs"
+  row "restart: server's own time per entry scanned (Squid)" own_per_scanned_us " µs"
   row "objects indexed by the rebuild" found
   row "entries scanned (Squid)" scanned
   row "damaged records (meshcache)" damaged
@@ -646,14 +659,14 @@ row() { # label key [suffix]
   row "first probe hit after" first_probe_hit_s " s"
   row "sample size" sample_n
   row "**sample served as hits**" sample_hits
-  row "**sample all served after the start**" sample_done_s " s"
+  row "**sample all answered, after the start**" sample_done_s " s"
   row "sample URLs whose origin counter moved" origin_moved
   row "processes" procs
   row "VmRSS empty (KiB)" empty_rss_kb
   row "VmRSS restarted, rebuilt (KiB)" full_rss_kb
   row "VmRSS after the sample (KiB)" sample_rss_kb
   row "**RAM per disk object, VmRSS (bytes)**" per_obj_rss
-  row "RAM per disk object, Pss (bytes)" per_obj_pss
+  row "**RAM per disk object, Pss (bytes)**" per_obj_pss
   row "RAM per disk object, anon+shm (bytes)" per_obj_anon
   row "Pss empty (KiB)" empty_pss_kb
   row "Pss restarted (KiB)" full_pss_kb
@@ -664,16 +677,18 @@ row() { # label key [suffix]
     echo "Targets (meshcache; the issue's figures are for 1,000,000 objects$([ "$OBJECTS" = 1000000 ] || echo ": this run had $OBJECTS, so they are indicative only")):"
     echo
     awk -v s="${R[meshcache,sample_done_s]:-}" -v h="${R[meshcache,sample_hits]:-0}" -v n="${R[meshcache,sample_n]:-0}" \
-      -v m="${R[meshcache,origin_moved]:-0}" -v b="${R[meshcache,per_obj_rss]:-}" -v sq="${R[squid-rock,rebuilt_s]:-}" \
-      -v sqb="${R[squid-rock,per_obj_rss]:-}" -v sa="${R[squid-aufs,rebuilt_s]:-}" -v sab="${R[squid-aufs,per_obj_rss]:-}" 'BEGIN {
+      -v m="${R[meshcache,origin_moved]:-0}" -v b="${R[meshcache,per_obj_rss]:-}" -v bp="${R[meshcache,per_obj_pss]:-}" \
+      -v sq="${R[squid-rock,rebuilt_s]:-}" -v sqb="${R[squid-rock,per_obj_pss]:-}" \
+      -v sa="${R[squid-aufs,rebuilt_s]:-}" -v sab="${R[squid-aufs,per_obj_pss]:-}" 'BEGIN {
       ok = (s != "" && s + 0 <= 10 && h == n && m == 0)
       printf "- restart: objects indexed and the sample served as hits within 10 s of the start: %s (%s s; %d of %d hits; origin counter moved for %d)", ok ? "met" : "NOT met", s, h, n, m
       if (sq != "") printf "; Squid rock rebuilt after %s s", sq
       if (sa != "") printf ", aufs after %s s", sa
       print ""
-      printf "- RAM per disk-resident object <= 64 bytes: %s (%s bytes, VmRSS)", (b != "" && b + 0 <= 64) ? "met" : "NOT met", b
-      if (sqb != "") printf "; Squid rock %s bytes", sqb
-      if (sab != "") printf ", aufs %s bytes", sab
+      printf "- RAM per disk-resident object <= 64 bytes: %s (%s bytes by VmRSS, %s by Pss)", (b != "" && b + 0 <= 64) ? "met" : "NOT met", b, bp
+      if (sqb != "") printf "; Squid rock %s bytes by Pss", sqb
+      if (sab != "") printf ", aufs %s bytes by Pss", sab
+      if (sqb != "" || sab != "") printf " (Squid by Pss: its processes share memory segments, which VmRSS counts once per process)"
       print "" }'
     echo
   fi

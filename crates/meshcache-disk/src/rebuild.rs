@@ -30,7 +30,7 @@ use crate::space::UNIT;
 use crate::writer::collect;
 
 /// Bytes read at once from the slab.
-const PIECE: usize = 8 << 20;
+const PIECE: usize = 1 << 20;
 
 /// Records indexed per visit to the owner's lock.
 const BATCH: usize = 4096;
