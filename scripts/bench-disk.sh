@@ -7,7 +7,11 @@
 # For each size S: N = working set / S distinct URLs "/d<S>-<i>?size=S&cc=max-age%3D3600";
 # every proxy is warmed with all N (each fetched once through it, so it is stored), then checked
 # (a random sample fetched twice: the second is a hit and the origin's count does not move);
-# every measured request is a URL drawn uniformly at random among the N (wrk, random-uri.lua).
+# every measured request is a URL drawn uniformly at random among them (wrk, random-uri.lua).
+# Squid's rock store is direct-mapped (an object's slot is its key's hash modulo the slots; a new
+# object overwrites whatever was there), so it loses part of the working set to collisions: with
+# squid-rock among the targets, every server is measured on the objects rock kept (found by an
+# only-if-cached pass through it), so that all see the same requests and all are hits.
 # The proxies' memory tiers (meshcache store.memory, Squid cache_mem) are --memory MiB, so almost
 # every hit comes from the disk tier; nginx has none (its hits are its cache files). Which tier
 # served the hits is counted from each proxy's access log (TCP_HIT vs TCP_MEM_HIT for meshcache
@@ -35,12 +39,16 @@
 #                        also measure nginx-ofc: nginx as above plus `open_file_cache max=N`
 #                        (cache files kept open between hits, as meshcache keeps large ones)
 #   --open-files N       meshcache's store.open_files (default: meshcache's default, 1024)
+#   --rock-mb MB         size of the rock cache_dir (default: 1.5 x the 16 KiB slots the working
+#                        sets need, + 64; larger loses fewer objects to collisions, and Squid
+#                        reads the whole db at start)
 #   --warm-timeout SECS  longest one proxy's warm-up of one size may take (default 600)
 #   --out DIR            results directory (default target/bench-disk/<UTC timestamp>)
 #   --bin PATH           meshcache binary (default: build target/release/meshcache)
 #   --no-build           do not run cargo build (use the existing binary)
 #   --no-netns           do not run inside `unshare -n`
 #   --port-base N        ports N..N+6 on 127.0.0.1 (default 18180)
+#   --keep-logs          keep the proxies' whole access logs in OUT/logs (default: their last lines)
 #   --note TEXT          a line added to the results' header (e.g. which tree the binary is from)
 #   --quiet-budget S     on a shared machine: seconds (default 120) this run may spend in total
 #                        waiting for other processes' CPU use to drop before a measured run, and
@@ -69,6 +77,7 @@ CONNS=50
 TARGETS=""
 NGINX_OFC=""
 OPEN_FILES=""
+ROCK_MB_OPT=""
 WARM_TIMEOUT=600
 OUT=""
 BIN=""
@@ -76,6 +85,7 @@ BUILD=1
 NETNS=1
 PORT_BASE=18180
 NOTE=""
+KEEP_LOGS=0
 QUIET_BUDGET=120
 MAX_OBJECTS=1048576
 VERIFY_SAMPLE=50   # URLs per proxy and size checked after the warm-up
@@ -96,6 +106,7 @@ while [ $# -gt 0 ]; do
     --targets) TARGETS=$2; shift 2 ;;
     --nginx-open-file-cache) NGINX_OFC=$2; shift 2 ;;
     --open-files) OPEN_FILES=$2; shift 2 ;;
+    --rock-mb) ROCK_MB_OPT=$2; shift 2 ;;
     --warm-timeout) WARM_TIMEOUT=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --bin) BIN=$2; BUILD=0; shift 2 ;;
@@ -103,6 +114,7 @@ while [ $# -gt 0 ]; do
     --no-netns) NETNS=0; shift ;;
     --port-base) PORT_BASE=$2; shift 2 ;;
     --note) NOTE=$2; shift 2 ;;
+    --keep-logs) KEEP_LOGS=1; shift ;;
     --quiet-budget) QUIET_BUDGET=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -118,6 +130,7 @@ done
 [[ $WARM_TIMEOUT =~ ^[0-9]+$ && $WARM_TIMEOUT -ge 10 && $WARM_TIMEOUT -le 7200 ]] || die "--warm-timeout: 10..7200 seconds"
 [ -z "$NGINX_OFC" ] || [[ $NGINX_OFC =~ ^[0-9]+$ && $NGINX_OFC -ge 1 ]] || die "--nginx-open-file-cache: a number of files"
 [ -z "$OPEN_FILES" ] || [[ $OPEN_FILES =~ ^[0-9]+$ ]] || die "--open-files: a number of files"
+[ -z "$ROCK_MB_OPT" ] || [[ $ROCK_MB_OPT =~ ^[0-9]+$ && $ROCK_MB_OPT -ge 16 ]] || die "--rock-mb: megabytes, at least 16"
 if [ -z "$TARGETS" ]; then
   TARGETS=origin,meshcache,squid-rock,squid-aufs,nginx
   [ -z "$NGINX_OFC" ] || TARGETS="$TARGETS,nginx-ofc"
@@ -137,6 +150,9 @@ for s in "${SIZE_LIST[@]}"; do
   [ "$n" -ge 100 ] || die "--working-set: $n objects of $s bytes; at least 100 are needed"
   N_OF[$s]=$n
 done
+
+[ "$WORKING_SET" -ge $((16 * MEMORY_MIB * 1048576)) ] ||
+  [ -n "${BENCH_DISK_IN_NETNS:-}" ] || log "note: the working set is only $((WORKING_SET / (MEMORY_MIB * 1048576)))x the memory tiers: a good share of the hits will be memory hits (see the report's 'Where the hits came from')"
 
 # ---------------------------------------------------------------- install, build (outside netns)
 if [ -z "${BENCH_DISK_IN_NETNS:-}" ]; then
@@ -204,6 +220,10 @@ WARMUP="$OUT/warmup.csv"
 MSTATS="$OUT/meshcache-stats.csv"
 WINDOWS="$WORK/windows.csv"
 CLK_TCK=$(getconf CLK_TCK)
+# The block device under the caches: its sectors read during a run (by anyone) show whether the
+# hits came from the page cache.
+DISKDEV=$(basename "$(df -P "$WORK" | awk 'NR == 2 { print $1 }')")
+dev_read_sectors() { awk -v d="$DISKDEV" '$3 == d { print $6; f = 1 } END { if (!f) print "" }' /proc/diskstats; }
 ulimit -n 65536 2>/dev/null || ulimit -n 8192 2>/dev/null || true
 
 # Room for every size's objects at once (earlier sizes stay cached), with half again to spare:
@@ -221,6 +241,7 @@ done
 MIB=1048576
 DISK_MIB=$((MESH_DISK_BYTES * 3 / 2 / MIB + 64))
 ROCK_MB=$((ROCK_SLOTS * 16384 * 3 / 2 / MIB + 64))
+[ -z "$ROCK_MB_OPT" ] || ROCK_MB=$ROCK_MB_OPT
 AUFS_MB=$((FILE_BYTES * 3 / 2 / MIB + 64))
 NGINX_MAX_MB=$AUFS_MB
 NGINX_KEYS_MB=$((TOTAL_OBJECTS / 4000 + 16))   # about 8,000 keys a MiB
@@ -247,7 +268,7 @@ cleanup() {
       name=${f#"$WORK"/}
       name=${name//\//-}
       case "$f" in
-        *access.log) tail -n 20 "$f" >"$OUT/logs/$name.tail" ;;
+        *access.log) if [ "$KEEP_LOGS" = 1 ]; then cp "$f" "$OUT/logs/$name"; else tail -n 20 "$f" >"$OUT/logs/$name.tail"; fi ;;
         *) cp "$f" "$OUT/logs/$name" ;;
       esac
     done
@@ -299,22 +320,39 @@ mstat() { # python expression over the /stats JSON `d` -> stdout
 
 # Squid: its cache_dir is made by `squid -z` (in the foreground with -N) before it starts, and it
 # stores nothing on a cache_dir until that dir's rebuild (the reading of what is on it) is over.
-start_squid() { # target port
-  local t=$1 port=$2 dir="$WORK/$1" name=bench${1#squid-} i
-  mkdir -p "$dir/cache"
-  [ -n "$SQUID_USER_LINE" ] && chown -R proxy: "$dir"
-  fill "$BENCH_DIR/$t.conf.in" -e "s|@SQUID_PORT@|$port|g" >"$WORK/conf/$t.conf"
-  squid -k parse -f "$WORK/conf/$t.conf" >"$WORK/$t-parse.log" 2>&1 || { cat "$WORK/$t-parse.log" >&2; die "$t.conf does not parse"; }
-  log "$t: squid -z (creating the cache_dir)"
-  timeout -k 5 300 squid -z -N -n "$name" -f "$WORK/conf/$t.conf" >"$WORK/$t-z.log" 2>&1 || { cat "$WORK/$t-z.log" >&2; die "$t: squid -z failed"; }
+squid_up() { # target (starts it, waits until its cache_dir is loaded)
+  local t=$1 port dir="$WORK/$1" name=bench${1#squid-} i before
+  port=$(port_of "$t")
+  before=$(grep -c 'Finished rebuilding storage from disk' "$dir/cache.log" 2>/dev/null || true)
   start "$t" "$port" squid -N -n "$name" -f "$WORK/conf/$t.conf"
-  for ((i = 0; i < 1200; i++)); do
-    grep -q 'Finished rebuilding storage from disk' "$dir/cache.log" 2>/dev/null && break
+  for ((i = 0; i < 3000; i++)); do
+    [ "$(grep -c 'Finished rebuilding storage from disk' "$dir/cache.log" 2>/dev/null || true)" -gt "${before:-0}" ] && break
     kill -0 "${PID_OF[$t]}" 2>/dev/null || die "$t exited (see $dir/cache.log)"
     sleep 0.1
   done
-  grep -q 'Finished rebuilding storage from disk' "$dir/cache.log" || die "$t: its cache_dir rebuild did not finish within 120 s"
-  log "$t: cache_dir ready"
+  [ "$(grep -c 'Finished rebuilding storage from disk' "$dir/cache.log" 2>/dev/null || true)" -gt "${before:-0}" ] ||
+    die "$t: its cache_dir was not loaded within 300 s"
+  log "$t: cache_dir loaded ($(awk '/Finished rebuilding storage from disk/ { f = 1; n = "" } f && /Entries scanned/ { n = $(NF - 2) " entries scanned, " }
+    f && /Took .* seconds/ { t = $0; sub(/^.*Took /, "", t); sub(/ seconds.*$/, " s", t); f = 0 } END { print n "in " t }' "$dir/cache.log"))"
+}
+
+start_squid() { # target
+  local t=$1 dir="$WORK/$1" name=bench${1#squid-}
+  mkdir -p "$dir/cache"
+  [ -n "$SQUID_USER_LINE" ] && chown -R proxy: "$dir"
+  fill "$BENCH_DIR/$t.conf.in" -e "s|@SQUID_PORT@|$(port_of "$t")|g" >"$WORK/conf/$t.conf"
+  squid -k parse -f "$WORK/conf/$t.conf" >"$WORK/$t-parse.log" 2>&1 || { cat "$WORK/$t-parse.log" >&2; die "$t.conf does not parse"; }
+  log "$t: squid -z (creating the cache_dir)"
+  timeout -k 5 300 squid -z -N -n "$name" -f "$WORK/conf/$t.conf" >"$WORK/$t-z.log" 2>&1 || { cat "$WORK/$t-z.log" >&2; die "$t: squid -z failed"; }
+  squid_up "$t"
+}
+
+restart_squid() { # target: stops it and starts it again (its memory cache empty, its cache_dir re-read)
+  local t=$1 old=${PID_OF[$1]} p keep=()
+  bench_stop_pids "$old"
+  for p in "${STARTED[@]}"; do [ "$p" = "$old" ] || keep+=("$p"); done
+  STARTED=("${keep[@]}")
+  squid_up "$t"
 }
 
 start_nginx() { # target port
@@ -350,17 +388,17 @@ if has_target meshcache; then
   done
   [ "$(mstat 'd["store"]["disks"][0]["rebuilding"]')" = False ] || die "meshcache: its disk is still rebuilding after 60 s"
 fi
-has_target squid-rock && start_squid squid-rock "$SQUID_ROCK_PORT"
-has_target squid-aufs && start_squid squid-aufs "$SQUID_AUFS_PORT"
+has_target squid-rock && start_squid squid-rock
+has_target squid-aufs && start_squid squid-aufs
 has_target nginx && start_nginx nginx "$NGINX_PORT"
 has_target nginx-ofc && start_nginx nginx-ofc "$NGINX_OFC_PORT"
 
 # ---------------------------------------------------------------- helpers
 url_of() { echo "http://127.0.0.1:$ORIGIN_PORT/d$1-$2?size=$1&cc=max-age%3D3600"; } # size index
 
-sample_indices() { # n count seed -> count distinct indices in 1..n, one a line
-  awk -v n="$1" -v k="$2" -v seed="$3" 'BEGIN { srand(seed); if (k > n) k = n
-    while (got < k) { i = 1 + int(rand() * n); if (!(i in seen)) { seen[i] = 1; got++; print i } } }'
+sample_indices() { # file count seed -> count distinct indices of those in file (one a line)
+  awk -v k="$2" -v seed="$3" '{ a[++n] = $1 } END { srand(seed); if (k > n) k = n
+    while (got < k) { i = 1 + int(rand() * n); if (!(i in seen)) { seen[i] = 1; got++; print a[i] } } }' "$1"
 }
 
 origin_count() { # the origin's count for URL, not counting this probe
@@ -410,10 +448,42 @@ warm_target() { # target size
     [ "$q" = 0 ] || die "meshcache: disk queue not empty 120 s after the warm-up ($q jobs/pending)"
     drained=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
     objects_after=$(mstat 'd["store"]["disks"][0]["objects"]')
+    [ $((objects_after - objects_before)) -ge "$n" ] ||
+      log "WARNING: meshcache's disk holds $((objects_after - objects_before)) more objects, not $n (dropped writes: $(mstat 'd["store"]["disks"][0]["dropped"]'))"
   fi
   log "$t: warmed with $n objects of $size B in $secs s ($(awk -v n="$n" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')/s)${drained:+; disk queue empty after $drained s, $((objects_after - objects_before)) objects added to the disk}"
   WARM_SECS=$secs
   WARM_DISK_ADDED=${objects_after:+$((objects_after - objects_before))}
+}
+
+# Which of the N objects of a size squid-rock holds on its disk: Squid is restarted (so that its
+# memory cache, which may still hold objects whose rock slot was taken by another, is empty),
+# then every URL is asked through it with "Cache-Control: only-if-cached" (a 504 without asking
+# the origin when it does not hold it). Writes their indices to $WORK/idx-SIZE: the objects
+# measured, for every server.
+rock_held() { # size
+  local size=$1 n=${N_OF[$1]} port j bad t0 held
+  log "squid-rock: restarting it (an empty memory cache), then asking for every object with only-if-cached"
+  restart_squid squid-rock
+  port=$(port_of squid-rock)
+  t0=$EPOCHREALTIME
+  WARM_PIDS=()
+  for j in 0 1 2 3; do
+    timeout -k 5 "$WARM_TIMEOUT" taskset -c 0 curl -s --noproxy '' -x "http://127.0.0.1:$port" --max-time 30 \
+      -H 'Cache-Control: only-if-cached' -K "$WORK/urls-$size.$j" -w '%{http_code} %{url_effective}\n' >"$WORK/held-$size.$j" 2>&1 &
+    WARM_PIDS+=($!)
+  done
+  bad=0
+  for j in "${WARM_PIDS[@]}"; do wait "$j" || bad=1; done
+  WARM_PIDS=()
+  [ $bad = 0 ] || die "squid-rock: the only-if-cached pass of size $size failed or took more than $WARM_TIMEOUT s"
+  cat "$WORK"/held-"$size".? | awk '$1 == 200 && match($2, /\/d[0-9]+-[0-9]+\?/) { u = substr($2, RSTART + 1, RLENGTH - 2); sub(/^d[0-9]+-/, "", u); print u }' |
+    sort -n >"$WORK/idx-$size"
+  held=$(wc -l <"$WORK/idx-$size")
+  [ "$(cat "$WORK"/held-"$size".? | awk '$1 != 200 && $1 != 504' | wc -l)" = 0 ] || die "squid-rock: only-if-cached pass of size $size: answers other than 200 and 504 (see $WORK/held-$size.*)"
+  rm -f "$WORK"/held-"$size".?
+  [ $((held * 2)) -ge "$n" ] || die "squid-rock kept only $held of $n objects of $size B (try --rock-mb)"
+  log "squid-rock: holds $held of $n objects of $size B ($(awk -v h="$held" -v n="$n" 'BEGIN { printf "%.1f", 100 * h / n }') %; the rest lost to its direct-mapped slots), checked in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s; every server is measured on these"
 }
 
 # Prove the warm-up: VERIFY_SAMPLE random URLs fetched twice through the proxy; the second must
@@ -433,7 +503,7 @@ verify_target() { # target size
     [[ $r2 == "200 $size "* && ${r2^^} == *HIT* ]] || die "$t: $url fetched twice: second answer \"$r2\" (expected 200, $size bytes, X-Cache HIT)"
     [ "$c1" = "$want" ] || die "$t: the origin's count for $url went from $c0 to $((c1 - 1)) over two fetches (first: \"$r1\")"
     checked=$((checked + 1))
-  done < <(sample_indices "$n" "$VERIFY_SAMPLE" "$((size + 7))")
+  done < <(sample_indices "$WORK/idx-$size" "$VERIFY_SAMPLE" "$((size + 7))")
   [ $((first_miss * 10)) -le "$checked" ] || die "$t: $first_miss of $checked sampled URLs were not cached after the warm-up"
   log "$t: size $size checked: $checked sampled URLs hit on the second fetch, origin counts steady; $first_miss missed on the first fetch"
   VERIFY_MISSES=$first_miss
@@ -450,12 +520,13 @@ run_one() { # size round target phase
   local m0=""
   [ "$target" = meshcache ] && m0=$(mstat 'd["requests_by_result"]["TCP_HIT"], d["requests_by_result"]["TCP_MEM_HIT"], d["requests_by_result"]["TCP_MISS"], d["store"]["disks"][0]["hits"], d["store"]["disk_sendfile_bytes"], d["requests"]')
   out="$WORK/wrk-$size-$round-$target-$phase.txt"
-  local srv0 srv1 st0 st1 w0 w1 t0 t1
+  local srv0 srv1 st0 st1 w0 w1 t0 t1 rd0 rd1
+  rd0=$(dev_read_sectors)
   srv0=$(tree_ticks "$pid")
   st0=$(cpu_stat)
   t0=$EPOCHREALTIME
   self_child_ticks; w0=$SELF_CT
-  BENCH_PREFIX=$prefix BENCH_HOST=$host BENCH_SIZE=$size BENCH_N=$n BENCH_SEED=$((size + 1000 * round)) \
+  BENCH_PREFIX=$prefix BENCH_HOST=$host BENCH_SIZE=$size BENCH_INDEX_FILE="$WORK/idx-$size" BENCH_SEED=$((size + 1000 * round)) \
     timeout -k 5 $((DURATION + 60)) taskset -c 0 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency \
     -s "$BENCH_DIR/random-uri.lua" "http://127.0.0.1:$port" >"$out" 2>&1 ||
     { cat "$out" >&2; die "wrk failed against $target"; }
@@ -463,6 +534,7 @@ run_one() { # size round target phase
   t1=$EPOCHREALTIME
   st1=$(cpu_stat)
   srv1=$(tree_ticks "$pid")
+  rd1=$(dev_read_sectors)
   echo "$size,$round,$target,$phase,$t0,$t1" >>"$WINDOWS"
   local origin_delta=""
   if [ "$target" != origin ]; then
@@ -477,7 +549,7 @@ run_one() { # size round target phase
     m1=$(mstat 'd["requests_by_result"]["TCP_HIT"], d["requests_by_result"]["TCP_MEM_HIT"], d["requests_by_result"]["TCP_MISS"], d["store"]["disks"][0]["hits"], d["store"]["disk_sendfile_bytes"], d["requests"], d["store"]["open_files"], d["store"]["disks"][0]["objects"], d["store"]["objects"]')
     awk -v size="$size" -v round="$round" -v a="$m0" -v b="$m1" 'BEGIN { gsub(/[(),]/, " ", a); gsub(/[(),]/, " ", b)
       split(a, x, " "); split(b, y, " ")
-      printf "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", size, round, y[1] - x[1], y[2] - x[2], y[3] - x[3], y[4] - x[4], y[5] - x[5], y[6] - x[6], y[7], y[8], y[9] }' >>"$MSTATS"
+      printf "%d,%d,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f\n", size, round, y[1] - x[1], y[2] - x[2], y[3] - x[3], y[4] - x[4], y[5] - x[5], y[6] - x[6], y[7], y[8], y[9] }' >>"$MSTATS"
   fi
   [ "$phase" = measure ] || return 0
 
@@ -496,15 +568,15 @@ run_one() { # size round target phase
     -v p50="$p50" -v p99="$p99" -v errs="${errs:-0}" -v non2xx="${non2xx:-0}" \
     -v srv="$((srv1 - srv0))" -v wrk="$((w1 - w0))" -v hz="$CLK_TCK" -v t0="$t0" -v t1="$t1" \
     -v st0="$((s01 - s00))" -v tt0="$((t01 - t00))" -v st1="$((s11 - s10))" -v tt1="$((t11 - t10))" \
-    -v busy="$((b01 - b00 + b11 - b10))" -v od="$origin_delta" 'BEGIN {
+    -v busy="$((b01 - b00 + b11 - b10))" -v od="$origin_delta" -v rd="${rd0:+$(( (rd1 - rd0) / 2 ))}" 'BEGIN {
       wall = t1 - t0; srv_ms = srv * 1000 / hz; wrk_ms = wrk * 1000 / hz
       other = (busy - srv - wrk) * 1000 / hz; if (other < 0) other = 0
-      printf "%d,%d,%s,%.2f,%d,%.3f,%.3f,%.3f,%d,%d,%.1f,%.3f,%.1f,%.1f,%.1f,%.2f,%.2f,%.1f,%s\n",
+      printf "%d,%d,%s,%.2f,%d,%.3f,%.3f,%.3f,%d,%d,%.1f,%.3f,%.1f,%.1f,%.1f,%.2f,%.2f,%.1f,%s,%s\n",
         size, round, target, rps, reqs, wall, p50, p99, errs, non2xx, srv_ms, srv_ms * 1000 / reqs,
         srv_ms / 10 / wall, wrk_ms, wrk_ms / 10 / wall,
-        (tt0 > 0 ? 100 * st0 / tt0 : 0), (tt1 > 0 ? 100 * st1 / tt1 : 0), other / 10 / wall, od }' >>"$RAW"
-  tail -n 1 "$RAW" | awk -F, '{ printf "  %-10s %7d B round %d: %9.0f req/s  p50 %6.3f ms  p99 %7.3f ms  cpu %6.2f ms/1k  srv %5.1f%%  wrk %5.1f%%  steal %.1f/%.1f%%  other %.0f%%  origin +%s\n",
-    $3, $1, $2, $4, $7, $8, $12, $13, $15, $16, $17, $18, ($19 == "" ? "-" : $19) }' >&2
+        (tt0 > 0 ? 100 * st0 / tt0 : 0), (tt1 > 0 ? 100 * st1 / tt1 : 0), other / 10 / wall, od, rd }' >>"$RAW"
+  tail -n 1 "$RAW" | awk -F, '{ printf "  %-10s %7d B round %d: %9.0f req/s  p50 %6.3f ms  p99 %7.3f ms  cpu %6.2f ms/1k  srv %5.1f%%  wrk %5.1f%%  steal %.1f/%.1f%%  other %.0f%%  origin +%s  device reads %s KiB\n",
+    $3, $1, $2, $4, $7, $8, $12, $13, $15, $16, $17, $18, ($19 == "" ? "-" : $19), ($20 == "" ? "?" : $20) }' >&2
 }
 
 # Before a measured run, wait_quiet (lib.sh) waits within the budget until the machine is quiet.
@@ -532,12 +604,12 @@ measure() { # size round target
 }
 
 # ---------------------------------------------------------------- run
-echo "size,round,target,rps,requests,wall_s,p50_ms,p99_ms,socket_errors,non2xx,server_cpu_ms,server_cpu_ms_per_1k,server_cpu_pct,wrk_cpu_ms,wrk_cpu_pct,steal_cpu0_pct,steal_cpu1_pct,other_cpu_pct,origin_requests_for_sample" >"$RAW"
+echo "size,round,target,rps,requests,wall_s,p50_ms,p99_ms,socket_errors,non2xx,server_cpu_ms,server_cpu_ms_per_1k,server_cpu_pct,wrk_cpu_ms,wrk_cpu_pct,steal_cpu0_pct,steal_cpu1_pct,other_cpu_pct,origin_requests_for_sample,device_read_kib" >"$RAW"
 echo "size,target,objects,warm_s,warm_rate,disk_objects_added,first_fetch_misses_in_sample,cache_kib_on_disk" >"$WARMUP"
 echo "size,round,tcp_hit,tcp_mem_hit,tcp_miss,disk_hits,disk_sendfile_bytes,requests,open_files,disk_objects,memory_objects" >"$MSTATS"
 : >"$WINDOWS"
 T_START=$EPOCHSECONDS
-declare -A WARM_S=() DISK_ADDED=()
+declare -A WARM_S=() DISK_ADDED=() MEASURED=()
 for size in "${SIZE_LIST[@]}"; do
   n=${N_OF[$size]}
   log "size $size: $n objects ($((n * size / MIB)) MiB), $(url_of "$size" 1) .. $n"
@@ -554,17 +626,23 @@ for size in "${SIZE_LIST[@]}"; do
     WARM_S[$t]=$WARM_SECS
     DISK_ADDED[$t]=${WARM_DISK_ADDED:-}
   done
-  rm -f "$WORK"/urls-"$size".?
   # Written-back now rather than during the measured runs (the pages stay in the page cache).
   log "sync (writing the caches' dirty pages back before measuring)"
   timeout 600 sync || log "sync took more than 600 s; going on"
+  if has_target squid-rock; then
+    rock_held "$size"
+  else
+    seq 1 "$n" >"$WORK/idx-$size"
+  fi
+  rm -f "$WORK"/urls-"$size".?
+  MEASURED[$size]=$(wc -l <"$WORK/idx-$size")
   for t in "${TARGET_LIST[@]}"; do
     [ "$t" = origin ] && continue
     verify_target "$t" "$size"
     kib=$(du -sk "$WORK/$t" 2>/dev/null | awk '{ print $1 }')
     echo "$size,$t,$n,${WARM_S[$t]},$(awk -v n="$n" -v s="${WARM_S[$t]}" 'BEGIN { printf "%.0f", n / s }'),${DISK_ADDED[$t]:-},$VERIFY_MISSES,${kib:-}" >>"$WARMUP"
   done
-  mapfile -t RUN_IDX < <(sample_indices "$n" "$RUN_SAMPLE" "$((size + 13))")
+  mapfile -t RUN_IDX < <(sample_indices "$WORK/idx-$size" "$RUN_SAMPLE" "$((size + 13))")
   # A short unrecorded run each, so every server has its connections, buffers and caches warm.
   for t in "${TARGET_LIST[@]}"; do
     DURATION_SAVE=$DURATION; DURATION=2
@@ -598,10 +676,14 @@ for t in "${TARGET_LIST[@]}"; do
   awk -F, -v t="$t" -v kind="$kind" '
     FNR == NR { if ($3 == t && $4 == "measure") { nw++; ws[nw] = $5; we[nw] = $6 + 2; wsize[nw] = $1; wround[nw] = $2 } next }
     {
-      if (kind == "squid") { ts = $1 + 0; code = $4; sub(/\/.*/, "", code) }
-      else { ts = $(NF - 1) + 0; code = $NF }
+      nf = split($0, f, " ")   # (FS is the comma of the windows file)
+      if (kind == "squid") { ts = f[1] + 0; code = f[4]; sub(/\/.*/, "", code) }
+      else { ts = f[nf - 1] + 0; code = f[nf] }
       for (w = 1; w <= nw; w++) if (ts >= ws[w] && ts <= we[w]) break
       if (w > nw) next
+      # Only requests for the run'"'"'s objects (not, say, the next size'"'"'s warm-up within the 2 s).
+      # Requests cut off as wrk stopped may have no URL logged: they count, as "other".
+      if (index($0, "/d" wsize[w] "-") == 0 && index($0, "/d") > 0) next
       logged[w]++
       if (kind == "squid") {
         if (code ~ /MEM_HIT/) mem[w]++
@@ -615,6 +697,7 @@ for t in "${TARGET_LIST[@]}"; do
     END { for (w = 1; w <= nw; w++) printf "%d,%d,%s,%d,%d,%d,%d,%d\n", wsize[w], wround[w], t, logged[w], disk[w], mem[w], miss[w], oth[w] }
   ' "$WINDOWS" "$f" >>"$HITS"
 done
+cp "$WINDOWS" "$OUT/windows.csv"
 
 # ---------------------------------------------------------------- report
 CPU_MODEL=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
@@ -626,7 +709,7 @@ FSTYPE=$(stat -f -c %T "$WORK")
 FSDEV=$(df -P "$WORK" | awk 'NR == 2 { print $1 }')
 WS_LIST=""
 for s in "${SIZE_LIST[@]}"; do
-  WS_LIST="$WS_LIST${WS_LIST:+, }$(awk -v s="$s" 'BEGIN { print (s % 1024 == 0 ? s / 1024 " KiB" : s " B") }'): ${N_OF[$s]} objects, $((N_OF[$s] * s / MIB)) MiB"
+  WS_LIST="$WS_LIST${WS_LIST:+, }$(awk -v s="$s" 'BEGIN { print (s % 1024 == 0 ? s / 1024 " KiB" : s " B") }'): ${N_OF[$s]} objects, $((N_OF[$s] * s / MIB)) MiB, ${MEASURED[$s]:-?} measured ($(((${MEASURED[$s]:-0}) * s / MIB)) MiB)"
 done
 RATIO=$((WORKING_SET / (MEMORY_MIB * MIB)))
 
@@ -638,13 +721,14 @@ RATIO=$((WORKING_SET / (MEMORY_MIB * MIB)))
   echo "- meshcache binary: $BIN_NOTE"
   [ -z "$NOTE" ] || echo "- note: $NOTE"
   echo "- machine: $(nproc) CPUs, $CPU_MODEL, kernel $(uname -r); network namespace: $NETNS_USED; caches under /tmp ($FSTYPE on $FSDEV), page cache warm (every object written by the warm-up, then \`sync\`)"
-  echo "- working set per size: $WS_LIST (URLs drawn uniformly at random, the same sequence for every server in a round)"
+  echo "- working set per size: $WS_LIST; URLs drawn uniformly at random among the measured objects, the same sequence for every server in a round$(has_target squid-rock && echo "; measured = the objects squid-rock kept (rock is direct-mapped: colliding objects overwrite each other), found by an only-if-cached pass")"
   echo "- memory tiers: meshcache store.memory $MEMORY_MIB MiB, Squid cache_mem $MEMORY_MIB MB (maximum_object_size_in_memory 32 KB); working set / memory = ${RATIO}x; nginx keeps no bodies in memory"
   echo "- disk tiers: meshcache one [[store.disk]] of $DISK_MIB MiB (open_files ${OPEN_FILES:-1024}); squid-rock \`cache_dir rock\` $ROCK_MB MB (16 KiB slots; Squid -N, so rock's Blocking I/O in the worker, no disker); squid-aufs \`cache_dir aufs\` $AUFS_MB MB 16 256; nginx proxy_cache max_size ${NGINX_MAX_MB}m, no open_file_cache${NGINX_OFC:+; nginx-ofc the same with open_file_cache max=$NGINX_OFC}"
   echo "- load: wrk -t1 -c$CONNS -d${DURATION}s --latency on core 0 (random-uri.lua: absolute-URI GETs, Cache-Control: max-age=3600); servers on core 1, one worker each (meshcache and the origin with TOKIO_WORKER_THREADS=1; Squid -N, workers 1, aufs with its I/O threads; nginx 1 worker + master + cache manager); all proxies write an access log, buffered"
   echo "- rounds: $ROUNDS interleaved rounds of [${TARGETS//,/, }] per size; medians below; the run took $((T_END - T_START)) s (warm-ups included), of which $QUIET_SPENT s waiting for other processes to go quiet or re-doing runs they disturbed (budget $QUIET_BUDGET s)"
   echo "- CPU: server CPU is utime+stime of the server's whole process tree over the run; 'ms/1k' is CPU milliseconds per 1,000 requests; 'srv %' and 'wrk %' are CPU use of one core (wrk % near 100: the row is client-bound); steal is per core (0 = wrk, 1 = server); 'other CPU' is busy time on both cores not charged to the server or wrk, in % of one core"
-  echo "- hits: the origin's counts of $RUN_SAMPLE sampled URLs are compared around every proxy run ('origin reqs' = requests the origin got for them); the tables 'Where the hits came from' count each proxy's access log over the measured runs"
+  echo "- hits: the origin's counts of $RUN_SAMPLE sampled URLs are compared around every proxy run ('origin reqs' = requests the origin got for them); the tables 'Where the hits came from' count each proxy's access log over the measured runs; 'device reads' is what the block device under the caches ($DISKDEV) read during a run, by any process (0: every hit came from the page cache)"
+  echo "- 'client-bound': wrk used 90 % or more of its core in that row (or, in the targets table, in either row compared): the ratio is a floor set by the load generator, not the servers' capacity; compare CPU/1k there"
   echo
   awk -F, -v targets="$TARGETS" '
     function median(list,   n, a, i, j, x) {
@@ -664,26 +748,28 @@ RATIO=$((WORKING_SET / (MEMORY_MIB * MIB)))
       add(k SUBSEP "rps", $4); add(k SUBSEP "p50", $7); add(k SUBSEP "p99", $8); add(k SUBSEP "cpu", $12)
       add(k SUBSEP "srv", $13); add(k SUBSEP "wrk", $15); add(k SUBSEP "st0", $16); add(k SUBSEP "st1", $17)
       add(k SUBSEP "err", $9 + $10); add(k SUBSEP "oth", $18); if ($19 != "") add(k SUBSEP "od", $19)
+      if ($20 != "") { add(k SUBSEP "rd", $20); if (!((k SUBSEP "rdmax") in vals) || $20 + 0 > vals[k SUBSEP "rdmax"]) vals[k SUBSEP "rdmax"] = $20 + 0 }
       rps[$1, $2, $3] = $4; cpu[$1, $2, $3] = $12
       if (!($1 in seen)) { seen[$1] = 1; sizes[++ns] = $1 }
       if ($2 > maxr) maxr = $2
     }
+    function bound(s, t,   k) { k = s SUBSEP t SUBSEP "wrk"; return (k in vals) && median(vals[k]) >= 90 }
     END {
       nt = split(targets, T, ",")
-      print "| size | server | req/s | p50 ms | p99 ms | CPU ms/1k req | srv CPU % | wrk CPU % | steal core0/core1 % | other CPU % | origin reqs (sample) | errors |"
-      print "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+      print "| size | server | req/s | p50 ms | p99 ms | CPU ms/1k req | srv CPU % | wrk CPU % | steal core0/core1 % | other CPU % | origin reqs (sample) | device reads KiB | errors |"
+      print "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
       for (i = 1; i <= ns; i++) for (j = 1; j <= nt; j++) {
         s = sizes[i]; t = T[j]; k = s SUBSEP t
         if (!((k SUBSEP "rps") in vals)) continue
         odmax = "-"
         if ((k SUBSEP "od") in vals) { split(vals[k SUBSEP "od"], o, " "); odmax = 0; for (x in o) if (o[x] + 0 > odmax) odmax = o[x] + 0; odmax = "max " odmax }
         w = median(vals[k SUBSEP "wrk"])
-        printf "| %s | %s | %.0f | %.3f | %.3f | %.2f | %.0f | %.0f%s | %.1f / %.1f | %.0f | %s | %d |\n", \
+        printf "| %s | %s | %.0f | %.3f | %.3f | %.2f | %.0f | %.0f%s | %.1f / %.1f | %.0f | %s | %s | %d |\n", \
           sz(s), (t == "origin" ? "origin direct" : t), \
           median(vals[k SUBSEP "rps"]), median(vals[k SUBSEP "p50"]), median(vals[k SUBSEP "p99"]), \
           median(vals[k SUBSEP "cpu"]), median(vals[k SUBSEP "srv"]), w, (w >= 90 ? " (client-bound)" : ""), \
           median(vals[k SUBSEP "st0"]), median(vals[k SUBSEP "st1"]), median(vals[k SUBSEP "oth"]), odmax, \
-          median(vals[k SUBSEP "err"])
+          (((k SUBSEP "rdmax") in vals) ? "max " vals[k SUBSEP "rdmax"] : "-"), median(vals[k SUBSEP "err"])
       }
       # Paired ratios: meshcache / competitor within each round, median over rounds.
       nc = 0
@@ -715,12 +801,12 @@ RATIO=$((WORKING_SET / (MEMORY_MIB * MIB)))
         cm = median(vals[k SUBSEP "cpu"])
         line = "| " sz(s)
         split("squid-rock squid-aufs", Q, " ")
-        for (q = 1; q <= 2; q++) { a = ((s, Q[q]) in R) ? R[s, Q[q]] : ""; line = line " | " (a == "" ? "-" : (a >= 2 ? "met" : "NOT met") sprintf(" (%.2fx)", a)) }
+        for (q = 1; q <= 2; q++) { a = ((s, Q[q]) in R) ? R[s, Q[q]] : ""; line = line " | " (a == "" ? "-" : (a >= 2 ? "met" : "NOT met") sprintf(" (%.2fx%s)", a, (bound(s, "meshcache") || bound(s, Q[q])) ? ", client-bound" : "")) }
         split("nginx nginx-ofc", G, " ")
         for (g = 1; g <= 1 + ofc; g++) {
           b = ((s, G[g]) in R) ? R[s, G[g]] : ""; kn = s SUBSEP G[g]
           cn = ((kn SUBSEP "cpu") in vals) ? median(vals[kn SUBSEP "cpu"]) : ""
-          line = line " | " (b == "" ? "-" : (b >= 1 ? "met" : "NOT met") sprintf(" (%.2fx)", b))
+          line = line " | " (b == "" ? "-" : (b >= 1 ? "met" : "NOT met") sprintf(" (%.2fx%s)", b, (bound(s, "meshcache") || bound(s, G[g])) ? ", client-bound" : ""))
           line = line " | " (cn == "" ? "-" : (cm <= cn ? "met" : "NOT met") sprintf(" (%.2f vs %.2f ms)", cm, cn))
         }
         printf "%s | %.3f |\n", line, median(vals[k SUBSEP "p99"])
@@ -751,7 +837,7 @@ RATIO=$((WORKING_SET / (MEMORY_MIB * MIB)))
   echo
   echo "Warm-up (every URL fetched once through each proxy; then $VERIFY_SAMPLE sampled URLs fetched twice, the second a hit; 'first-fetch misses' = sampled URLs the warm-up had not left cached):"
   echo
-  echo "| size | server | objects | warm-up s | objects/s | meshcache disk objects added | first-fetch misses | cache on disk MiB |"
+  echo "| size | server | objects | warm-up s | objects/s | meshcache disk objects added | first-fetch misses | cache on disk MiB (sizes so far) |"
   echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
   awk -F, 'NR > 1 { printf "| %s | %s | %d | %.1f | %d | %s | %d | %.0f |\n", ($1 % 1024 == 0 ? $1 / 1024 " KiB" : $1 " B"), $2, $3, $4, $5, ($6 == "" ? "-" : $6), $7, $8 / 1024 }' "$WARMUP"
   echo
@@ -776,7 +862,7 @@ csv_json() { # file -> a JSON array of objects (numbers as numbers, empty as nul
     "$DURATION" "$ROUNDS" "$CONNS" "$(q "$NETNS_USED")" "$WORKING_SET" "$MEMORY_MIB" "$DISK_MIB" "${OPEN_FILES:-1024}" "$ROCK_MB" "$AUFS_MB" "$NGINX_MAX_MB" "${NGINX_OFC:-null}" "$((T_END - T_START))"
   printf '  "objects": {'
   first=1
-  for s in "${SIZE_LIST[@]}"; do printf '%s"%s": %d' "$([ $first = 1 ] || echo ', ')" "$s" "${N_OF[$s]}"; first=0; done
+  for s in "${SIZE_LIST[@]}"; do printf '%s"%s": {"warmed": %d, "measured": %d}' "$([ $first = 1 ] || echo ', ')" "$s" "${N_OF[$s]}" "${MEASURED[$s]:-0}"; first=0; done
   printf '},\n'
   printf '  "runs": %s,\n' "$(csv_json "$RAW")"
   printf '  "hit_sources": %s,\n' "$(csv_json "$HITS")"
