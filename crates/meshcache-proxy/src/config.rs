@@ -202,7 +202,8 @@ pub struct StoreSection {
     /// on the heap, written with write(2).
     pub zero_copy: bool,
     /// Large disk objects (bodies of 32 KiB and more) kept open and mapped between hits, as
-    /// nginx's `open_file_cache`: each holds a file descriptor and a mapping.
+    /// nginx's `open_file_cache`: each holds a file descriptor and a mapping. At most a quarter
+    /// of the open-file limit is used (`meshcache run` raises its soft limit to the hard one).
     pub open_files: u64,
     /// Disks: `[[store.disk]]` tables. None: memory only.
     #[serde(rename = "disk", skip_serializing_if = "Vec::is_empty")]
@@ -216,7 +217,7 @@ impl Default for StoreSection {
             max_object_size: 8 * 1024 * 1024,
             replacement: Replacement::Lru,
             zero_copy: true,
-            open_files: 1024,
+            open_files: 4096,
             disks: Vec::new(),
         }
     }

@@ -349,8 +349,26 @@ fn disk_settings(config: &Config) -> DiskSettings {
                 queue_bytes: DISK_QUEUE_BYTES,
             })
             .collect(),
-        open_files: config.store.open_files,
+        open_files: open_files_within_limit(config.store.open_files),
     }
+}
+
+/// `store.open_files`, at most a quarter of the process's open-file limit (the rest is for
+/// connections); the clamp is logged.
+fn open_files_within_limit(wanted: u64) -> u64 {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let allowed = limit / 4;
+    if wanted > allowed {
+        tracing::warn!(
+            wanted,
+            allowed,
+            limit,
+            "store.open_files is more than a quarter of the open-file limit (ulimit -n): using a quarter"
+        );
+    }
+    wanted.min(allowed)
 }
 
 async fn accept_loop(

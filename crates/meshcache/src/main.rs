@@ -300,6 +300,7 @@ fn parse_lognormal(s: &str) -> Result<(std::time::Duration, f64), String> {
 fn run(config: Option<PathBuf>) -> anyhow::Result<()> {
     init_tracing();
     transparent_huge_pages_off();
+    descriptors_to_the_hard_limit();
     let config = match &config {
         Some(path) => load(path)?,
         None => Config::from_toml(DEFAULT_CONFIG).context("embedded default config")?,
@@ -329,6 +330,25 @@ fn transparent_huge_pages_off() {
         match rustix::thread::disable_transparent_huge_pages(true) {
             Ok(()) => tracing::debug!("transparent huge pages off for this process"),
             Err(e) => tracing::debug!(error = %e, "transparent huge pages left as they are"),
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard one, as servers do (nginx's
+/// `worker_rlimit_nofile`, Squid's `max_filedescriptors`): client connections, upstream
+/// connections and the disks' open large objects (`store.open_files`) each take one, and a
+/// distribution's default soft limit is often 1,024.
+fn descriptors_to_the_hard_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => tracing::debug!(to = ?limit.maximum, "open-file limit raised"),
+            Err(e) => tracing::debug!(error = %e, "open-file limit left as it is"),
         }
     }
 }

@@ -10,7 +10,7 @@
 //! stored in memory is also written to a disk, in the background (a full write queue drops the
 //! write, never delays the client); objects too large for memory go to disk alone, streamed as
 //! they arrive. A lookup tries memory, then the large objects kept open, then the disks'
-//! indexes: a small object read from disk is copied back into memory, a large one kept open and
+//! indexes: a small object read from disk twice is copied back into memory, a large one kept open and
 //! mapped (`open.rs`). A new version, an invalidation or a damaged record takes a key out of
 //! both tiers. See `docs/store.md`.
 //!
@@ -21,6 +21,7 @@
 //! events are those of the union of the tiers (`tiers.rs`): what a peer may ask this node for.
 
 mod disks;
+mod doorkeeper;
 pub mod meta;
 mod object;
 mod open;
@@ -886,9 +887,11 @@ impl Inner {
                 let small = matches!(entry.location(), Location::Slab { .. });
                 let entry = Arc::new(Entry::Object(object));
                 if current && small {
-                    // Back into memory: the copy is on the heap already.
-                    if let Ok(events) = tiers.memory.insert(key, entry.clone()) {
-                        news.extend(tiers.memory_news(events));
+                    // Back into memory (its copy is on the heap already) when read a second time.
+                    if tiers.doorkeeper.seen_again(&key) {
+                        if let Ok(events) = tiers.memory.insert(key, entry.clone()) {
+                            news.extend(tiers.memory_news(events));
+                        }
                     }
                 } else if current {
                     tiers.open.keep(key, entry.clone());

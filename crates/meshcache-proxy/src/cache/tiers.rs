@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use meshcache_disk::DiskIndex;
 use meshcache_store::{MemoryStore, StoreEvent, StoreKey};
 
+use super::doorkeeper::Doorkeeper;
 use super::object::Entry;
 use super::open::OpenFiles;
 
@@ -21,6 +22,8 @@ pub(crate) struct Tiers {
     pub(crate) disks: Vec<DiskIndex>,
     /// Large disk objects kept open between hits.
     pub(crate) open: OpenFiles,
+    /// Which small disk objects earn a copy in memory.
+    pub(crate) doorkeeper: Doorkeeper,
     /// Keys being read from a disk now, and whether a disk's copy changed since the read began:
     /// what such a read returns is served, but neither copied into memory nor kept open.
     reads: HashMap<StoreKey, (u32, bool)>,
@@ -34,6 +37,7 @@ impl Tiers {
             memory,
             disks,
             open: OpenFiles::new(open_files),
+            doorkeeper: Doorkeeper::new(),
             reads: HashMap::new(),
         }
     }
