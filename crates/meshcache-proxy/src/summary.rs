@@ -372,17 +372,29 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         return;
     };
     let period = shared.config.cooperation.digest_rebuild_period;
+    // While the disks' rebuild runs, the digest served misses what it has yet to find: it is
+    // rebuilt as soon as the rebuild is over, not a whole period later (as Squid does). Asked
+    // before the first digest is built, so a rebuild that ends in between is not missed.
+    let mut disks_rebuilding = !shared.cache.disks_rebuilt();
     s.publish(period);
     let mut rebuild = tokio::time::interval(period);
     rebuild.tick().await;
     let mut next_update = tokio::time::Instant::now();
     let mut idle = tokio::time::interval(INBOX_IDLE);
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rebuild_check = tokio::time::interval(Duration::from_millis(100));
     loop {
         tokio::select! {
             _ = s.wake.notified() => {}
             _ = rebuild.tick() => {
                 s.publish(period);
+                continue;
+            }
+            _ = rebuild_check.tick(), if disks_rebuilding => {
+                if shared.cache.disks_rebuilt() {
+                    disks_rebuilding = false;
+                    s.publish(period);
+                }
                 continue;
             }
             _ = idle.tick(), if s.inbox.get().is_some() => {

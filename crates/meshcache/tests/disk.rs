@@ -332,3 +332,59 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[tokio::test]
+async fn after_a_restart_the_digest_and_the_metrics_cover_the_disk() {
+    let origin = Origin::start().await.expect("origin");
+    let dir = tempfile::tempdir().expect("tmp");
+    let with_digest = |c: &mut Config| {
+        with_disk(dir.path(), 256 << 10)(c);
+        c.cooperation.protocol = meshcache_proxy::config::Protocol::Digest;
+        // Far longer than the test: a digest it serves is the one built when the rebuild ended.
+        c.cooperation.digest_rebuild_period = Duration::from_secs(600);
+    };
+    let paths: Vec<String> = (0..20)
+        .map(|i| format!("/g{i}?size={}&cc=max-age%3D600", 500 + i * 5000))
+        .collect();
+    let proxy = node(with_digest).await;
+    rebuilt(&proxy).await;
+    for p in &paths {
+        get(proxy.addr, &origin.url(p)).await;
+    }
+    flushed(&proxy).await;
+    proxy.stop().await;
+
+    let proxy = node(with_digest).await;
+    rebuilt(&proxy).await;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let digest = loop {
+        // Origin-form, as Squid asks a peer for its digest.
+        let req = http::Request::get("/squid-internal-periodic/store_digest")
+            .header("host", proxy.addr.to_string())
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let r = common::send(proxy.addr, req).await;
+        assert_eq!(r.status, 200);
+        let d = meshcache_summary::CacheDigest::decode(&r.body).expect("a digest");
+        if d.count() as usize >= paths.len() || std::time::Instant::now() > until {
+            break d;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for p in &paths {
+        let key = meshcache_store::StoreKey::get(&origin.url(p));
+        assert!(
+            digest.contains(key.as_bytes()),
+            "{p} is in the digest after the restart (count {})",
+            digest.count()
+        );
+    }
+    let metrics = String::from_utf8_lossy(&proxy.admin_get("/metrics").await.body).into_owned();
+    let objects = metrics
+        .lines()
+        .find(|l| l.starts_with("meshcache_disk_objects{disk=\"0\""))
+        .unwrap_or_else(|| panic!("no disk metrics:\n{metrics}"));
+    assert!(objects.ends_with(&format!(" {}", paths.len())), "{objects}");
+    assert!(metrics.contains("meshcache_disk_faults_total{disk=\"0\",kind=\"damaged\"} 0"));
+    proxy.stop().await;
+}
