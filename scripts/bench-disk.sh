@@ -224,7 +224,9 @@ CLK_TCK=$(getconf CLK_TCK)
 # hits came from the page cache.
 DISKDEV=$(basename "$(df -P "$WORK" | awk 'NR == 2 { print $1 }')")
 dev_read_sectors() { awk -v d="$DISKDEV" '$3 == d { print $6; f = 1 } END { if (!f) print "" }' /proc/diskstats; }
-ulimit -n 65536 2>/dev/null || ulimit -n 8192 2>/dev/null || true
+# As many descriptors as the machine allows (the soft limit raised to the hard one): every server
+# runs under the same limit; nginx.conf sets its own (worker_rlimit_nofile).
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 8192 2>/dev/null || true
 
 # Room for every size's objects at once (earlier sizes stay cached), with half again to spare:
 # bodies plus about 1 KiB of headers and metadata, rounded up to each store's unit.

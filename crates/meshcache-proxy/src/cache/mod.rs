@@ -887,8 +887,8 @@ impl Inner {
                 let small = matches!(entry.location(), Location::Slab { .. });
                 let entry = Arc::new(Entry::Object(object));
                 if current && small {
-                    // Back into memory (its copy is on the heap already) when read a second time.
-                    if tiers.doorkeeper.seen_again(&key) {
+                    // Back into memory (its copy is on the heap already) once read again.
+                    if tiers.doorkeeper.admit(&key) {
                         if let Ok(events) = tiers.memory.insert(key, entry.clone()) {
                             news.extend(tiers.memory_news(events));
                         }
