@@ -38,7 +38,7 @@
 #   --nginx-open-file-cache N
 #                        also measure nginx-ofc: nginx as above plus `open_file_cache max=N`
 #                        (cache files kept open between hits, as meshcache keeps large ones)
-#   --open-files N       meshcache's store.open_files (default: meshcache's default, 1024)
+#   --open-files N       meshcache's store.open_files (default: meshcache's default, 4096)
 #   --rock-mb MB         size of the rock cache_dir (default: 1.5 x the 16 KiB slots the working
 #                        sets need, + 64; larger loses fewer objects to collisions, and Squid
 #                        reads the whole db at start)
@@ -281,7 +281,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'log "interrupted"; exit 130' INT TERM
 
-OPEN_FILES_LINE="# open_files: meshcache's default (1024)"
+OPEN_FILES_LINE="# open_files: meshcache's default (4096)"
 [ -z "$OPEN_FILES" ] || OPEN_FILES_LINE="open_files = $OPEN_FILES"
 fill() { # template [extra sed args...] -> stdout, replacing @NAME@ placeholders
   local tpl=$1
@@ -725,7 +725,7 @@ RATIO=$((WORKING_SET / (MEMORY_MIB * MIB)))
   echo "- machine: $(nproc) CPUs, $CPU_MODEL, kernel $(uname -r); network namespace: $NETNS_USED; caches under /tmp ($FSTYPE on $FSDEV), page cache warm (every object written by the warm-up, then \`sync\`)"
   echo "- working set per size: $WS_LIST; URLs drawn uniformly at random among the measured objects, the same sequence for every server in a round$(has_target squid-rock && echo "; measured = the objects squid-rock kept (rock is direct-mapped: colliding objects overwrite each other), found by an only-if-cached pass")"
   echo "- memory tiers: meshcache store.memory $MEMORY_MIB MiB, Squid cache_mem $MEMORY_MIB MB (maximum_object_size_in_memory 32 KB); working set / memory = ${RATIO}x; nginx keeps no bodies in memory"
-  echo "- disk tiers: meshcache one [[store.disk]] of $DISK_MIB MiB (open_files ${OPEN_FILES:-1024}); squid-rock \`cache_dir rock\` $ROCK_MB MB (16 KiB slots; Squid -N, so rock's Blocking I/O in the worker, no disker); squid-aufs \`cache_dir aufs\` $AUFS_MB MB 16 256; nginx proxy_cache max_size ${NGINX_MAX_MB}m, no open_file_cache${NGINX_OFC:+; nginx-ofc the same with open_file_cache max=$NGINX_OFC}"
+  echo "- disk tiers: meshcache one [[store.disk]] of $DISK_MIB MiB (open_files ${OPEN_FILES:-4096}); squid-rock \`cache_dir rock\` $ROCK_MB MB (16 KiB slots; Squid -N, so rock's Blocking I/O in the worker, no disker); squid-aufs \`cache_dir aufs\` $AUFS_MB MB 16 256; nginx proxy_cache max_size ${NGINX_MAX_MB}m, no open_file_cache${NGINX_OFC:+; nginx-ofc the same with open_file_cache max=$NGINX_OFC}"
   echo "- load: wrk -t1 -c$CONNS -d${DURATION}s --latency on core 0 (random-uri.lua: absolute-URI GETs, Cache-Control: max-age=3600); servers on core 1, one worker each (meshcache and the origin with TOKIO_WORKER_THREADS=1; Squid -N, workers 1, aufs with its I/O threads; nginx 1 worker + master + cache manager); all proxies write an access log, buffered"
   echo "- rounds: $ROUNDS interleaved rounds of [${TARGETS//,/, }] per size; medians below; the run took $((T_END - T_START)) s (warm-ups included), of which $QUIET_SPENT s waiting for other processes to go quiet or re-doing runs they disturbed (budget $QUIET_BUDGET s)"
   echo "- CPU: server CPU is utime+stime of the server's whole process tree over the run; 'ms/1k' is CPU milliseconds per 1,000 requests; 'srv %' and 'wrk %' are CPU use of one core (wrk % near 100: the row is client-bound); steal is per core (0 = wrk, 1 = server); 'other CPU' is busy time on both cores not charged to the server or wrk, in % of one core"

@@ -108,7 +108,11 @@ async fn a_restart_serves_what_was_stored_before_as_hits() {
         let n = proxy.log_lines(1).await.len();
         codes.push(proxy.log_code(n).await);
     }
-    assert_eq!(codes.last().map(String::as_str), Some("TCP_MEM_HIT/200"), "{codes:?}");
+    assert_eq!(
+        codes.last().map(String::as_str),
+        Some("TCP_MEM_HIT/200"),
+        "{codes:?}"
+    );
     let stats = proxy.stats().await;
     assert!(
         disk_stats(&stats)["hits"].as_u64() >= Some(paths.len() as u64),
