@@ -606,14 +606,15 @@ async fn post_log(shared: &Shared, destination: &str, body: Bytes) -> Result<(),
         path,
         host_header,
     } = split_url(destination).ok_or_else(|| format!("bad log URL {destination}"))?;
-    let addr = match shared.upstream.static_address(&host) {
-        Some(ip) => std::net::SocketAddr::new(ip, port),
-        None => tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .map_err(|e| e.to_string())?
-            .next()
-            .ok_or_else(|| format!("{host}: no address"))?,
-    };
+    let ip = *shared
+        .upstream
+        .resolver()
+        .lookup(&host)
+        .await
+        .map_err(|e| format!("{host}: {e}"))?
+        .first()
+        .ok_or_else(|| format!("{host}: no address"))?;
+    let addr = std::net::SocketAddr::new(ip, port);
     let limit = shared.config.upstream.read_timeout + shared.config.upstream.connect_timeout;
     let exchange = async {
         let stream = tokio::net::TcpStream::connect(addr)

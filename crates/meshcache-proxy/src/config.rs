@@ -44,6 +44,15 @@ pub struct Config {
     /// Neighbour caches (`[[peer]]` tables).
     #[serde(rename = "peer")]
     pub peers: Vec<PeerConfig>,
+    /// Access rules (`[[access]]` tables), in order: the first that matches decides; once there
+    /// is one, a request that matches none is denied. `http.allow` and `http.connect_ports` are
+    /// checked first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub access: Vec<meshcache_policy::RuleConfig>,
+    /// Named lists (`[lists]`): a name, and the file of items (one a line) that `@name` stands
+    /// for in a rule.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub lists: std::collections::BTreeMap<String, PathBuf>,
 }
 
 impl Default for Config {
@@ -60,6 +69,8 @@ impl Default for Config {
             dns: DnsConfig::default(),
             applets: meshcache_applet::AppletConfig::default(),
             peers: Vec::new(),
+            access: Vec::new(),
+            lists: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -493,12 +504,28 @@ impl Default for CooperationConfig {
 }
 
 /// Name resolution.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DnsConfig {
     /// A static host table (as Squid's `hosts_file`): host name to address, consulted before
     /// the system resolver. Names match without regard to case.
     pub hosts: std::collections::BTreeMap<String, std::net::IpAddr>,
+    /// How long the system resolver's answer for a name is used (it gives no TTL).
+    #[serde(with = "humantime_serde")]
+    pub positive_ttl: Duration,
+    /// How long a name that did not resolve stays unresolved before it is asked again.
+    #[serde(with = "humantime_serde")]
+    pub negative_ttl: Duration,
+}
+
+impl Default for DnsConfig {
+    fn default() -> Self {
+        Self {
+            hosts: std::collections::BTreeMap::new(),
+            positive_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(5),
+        }
+    }
 }
 
 /// One neighbour cache.
@@ -611,6 +638,7 @@ impl Config {
             return invalid("http.max_header_bytes", "must be at least 8 KiB");
         }
         self.validate_store()?;
+        self.access_rules()?;
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return invalid("cache.heuristic_fraction", "must be between 0 and 1");
         }
@@ -780,6 +808,32 @@ impl Config {
 }
 
 impl Config {
+    /// Compiles the access rules, reading the named lists: an error names the rule and key,
+    /// or the list and line.
+    pub fn access_rules(&self) -> Result<meshcache_policy::Rules, ConfigError> {
+        let lists =
+            meshcache_policy::Lists::load(&self.lists).map_err(|e| ConfigError::Invalid {
+                key: "lists",
+                reason: e.to_string(),
+            })?;
+        let rules = meshcache_policy::Rules::compile(&self.access, &lists).map_err(|e| {
+            ConfigError::Invalid {
+                key: "access",
+                reason: e.to_string(),
+            }
+        })?;
+        if let Some(i) = (0..rules.len()).find(|&i| rules.rule(i).is_some_and(|r| r.names_user())) {
+            return Err(ConfigError::Invalid {
+                key: "access",
+                reason: format!(
+                    "rule {}: user and group need proxy authentication, which this version does not have yet",
+                    i + 1
+                ),
+            });
+        }
+        Ok(rules)
+    }
+
     fn validate_store(&self) -> Result<(), ConfigError> {
         let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         let store = &self.store;

@@ -20,6 +20,7 @@
 //! # }
 //! ```
 
+mod access;
 pub mod accesslog;
 mod admin;
 pub mod applets;
@@ -36,6 +37,7 @@ pub mod idle;
 pub mod metrics;
 pub mod multicast;
 pub mod outcome;
+mod resolve;
 pub mod semantics;
 pub mod server;
 mod service;
@@ -55,6 +57,8 @@ pub use server::{Listeners, Proxy};
 /// State every request of one proxy shares.
 pub(crate) struct Shared {
     config: Config,
+    /// Who may use the proxy for what.
+    access: access::Access,
     cache: cache::Cache,
     upstream: upstream::Upstream,
     coop: coop::Coop,

@@ -143,7 +143,8 @@ impl Proxy {
         };
         let cache =
             Cache::with_disks(memory, arena, &disk_settings(&config)).map_err(ProxyError::Disk)?;
-        let upstream = Upstream::with_hosts(config.upstream.clone(), &config.dns, metrics.clone());
+        let resolver = Arc::new(crate::resolve::Resolver::new(&config.dns));
+        let upstream = Upstream::with_resolver(config.upstream.clone(), resolver, metrics.clone());
         let via = headers::via_value(&config.name);
         let x_cache = |what: &str| {
             http::HeaderValue::from_str(&format!("{what} from {}", config.name))
@@ -153,10 +154,12 @@ impl Proxy {
         let applet_built_status =
             http::HeaderValue::from_str(&format!("{}; hit; detail=applet", config.name)).ok();
         let coop = Coop::new(&config);
+        let access = crate::access::Access::new(&config)?;
         let applets = crate::applets::Active::new(&config.applets).map_err(ProxyError::Applets)?;
         Ok(Proxy {
             shared: Arc::new(Shared {
                 config,
+                access,
                 cache,
                 upstream,
                 coop,

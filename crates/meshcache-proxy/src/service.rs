@@ -32,6 +32,7 @@ use hyper::body::Incoming;
 use meshcache_applet::Built;
 use meshcache_store::InvalidateCause;
 
+use crate::access::{Denial, Subject, Verdict};
 use crate::applets::{self, Gate};
 use crate::body::{Capture, ProxyBody, Relay, Spill, Transaction};
 use crate::cache::{CachedObject, Collapse, FetchGuard, Found, Tier};
@@ -109,11 +110,30 @@ pub(crate) async fn handle(
             "the request head is larger than http.max_header_bytes",
         ));
     }
-    if let Some(which) = crate::summary::internal(&shared.config, &parts.uri) {
-        if parts.method == Method::GET || parts.method == Method::HEAD {
-            let head = parts.method == Method::HEAD;
-            return Ok(internal(&shared, txn, which, &parts.headers, head));
-        }
+    let internal_url = crate::summary::internal(&shared.config, &parts.uri)
+        .filter(|_| parts.method == Method::GET || parts.method == Method::HEAD);
+    if let Err(denial) = admit(
+        &shared,
+        client.ip(),
+        &parts,
+        &target,
+        internal_url.is_some(),
+    )
+    .await
+    {
+        tracing::debug!(%client, url = %parts.uri, reason = %denial.reason(), "request denied");
+        return Ok(refuse(
+            &shared,
+            txn,
+            StatusCode::FORBIDDEN,
+            ResultCode::TcpDenied,
+            denial.token(),
+            &denial.reason(),
+        ));
+    }
+    if let Some(which) = internal_url {
+        let head = parts.method == Method::HEAD;
+        return Ok(internal(&shared, txn, which, &parts.headers, head));
     }
     if parts.method == Method::CONNECT {
         return Ok(Box::pin(tunnel::connect(shared, txn, parts)).await);
@@ -151,6 +171,53 @@ pub(crate) async fn handle(
         Box::pin(pass_through(&shared, txn, parts, body, target, &violation)).await
     };
     Ok(response)
+}
+
+/// The access rules' answer for a request (see [`crate::access`]). A request whose target is
+/// malformed passes here: it is refused for that right after.
+async fn admit(
+    shared: &Shared,
+    client: std::net::IpAddr,
+    parts: &request::Parts,
+    target: &Result<Target, (StatusCode, &'static str, String)>,
+    internal: bool,
+) -> Result<(), Denial> {
+    let resolver = shared.upstream.resolver();
+    let method = parts.method.as_str();
+    let verdict = if parts.method == Method::CONNECT {
+        let Some((authority, port)) = parts.uri.authority().and_then(|a| Some((a, a.port_u16()?)))
+        else {
+            return Ok(());
+        };
+        let host = authority.host().to_ascii_lowercase();
+        let subject = Subject {
+            host: &host,
+            port,
+            scheme: None,
+            url: authority.as_str(),
+            method,
+            forwarded: true,
+        };
+        shared.access.check(resolver, client, &subject).await
+    } else {
+        let Ok(target) = target else {
+            return Ok(());
+        };
+        let subject = Subject {
+            host: &target.host,
+            port: target.port,
+            scheme: Some("http"),
+            url: &target.url,
+            method,
+            // Accelerated requests go to the origin the operator configured.
+            forwarded: !internal && parts.uri.scheme().is_some(),
+        };
+        shared.access.check(resolver, client, &subject).await
+    };
+    match verdict {
+        Verdict::Allow => Ok(()),
+        Verdict::Deny(denial) => Err(denial),
+    }
 }
 
 /// Works out the upstream target from the request URI.

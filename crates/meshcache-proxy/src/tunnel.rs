@@ -1,4 +1,4 @@
-//! CONNECT tunnels: only to the configured ports, bytes copied both ways until either side
+//! CONNECT tunnels, once the access rules (and `http.connect_ports`) allowed them: bytes copied both ways until either side
 //! closes or nothing has moved either way for `http.idle_timeout`; logged as TCP_TUNNEL when
 //! the tunnel ends.
 
@@ -40,16 +40,7 @@ pub(crate) async fn connect(
             "CONNECT needs host:port",
         );
     };
-    if !shared.config.http.connect_ports.contains(&port) {
-        return refuse(
-            &shared,
-            txn,
-            StatusCode::FORBIDDEN,
-            ResultCode::TcpDenied,
-            "connect-port",
-            &format!("CONNECT to port {port} is not allowed (http.connect_ports)"),
-        );
-    }
+    // The port was checked against http.connect_ports with the access rules.
     let host = authority.host().to_ascii_lowercase();
     // `upstream.socket`'s options, the host table and the connect timeout, as for origins.
     let upstream = match shared.upstream.open(&host, port).await {

@@ -10,7 +10,7 @@
 //!
 //! With `upstream.persistent = false` nothing is pooled: every request opens its own connection
 //! and says `Connection: close`. Host names found in the static host table (`dns.hosts`) are
-//! not looked up with the system resolver.
+//! not looked up with the system resolver; answers are kept a while ([`crate::resolve`]).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -33,6 +33,7 @@ use crate::efficiency::{self, ConnCategory, Source, Timed};
 use crate::error::UpstreamError;
 use crate::idle::{IdleStream, Quiet};
 use crate::metrics::Metrics;
+use crate::resolve::Resolver;
 use crate::sockopt::{self, Side};
 
 /// Body of a request sent upstream: the client's, streamed, or none.
@@ -151,8 +152,8 @@ struct Idle {
 
 struct PoolInner {
     idle: Mutex<HashMap<Arc<str>, Vec<Idle>>>,
-    /// The static host table, names lower-case without a trailing dot.
-    hosts: HashMap<String, IpAddr>,
+    /// Names to addresses: the static host table, then the system resolver.
+    resolver: Arc<Resolver>,
     config: UpstreamConfig,
     metrics: Arc<Metrics>,
 }
@@ -201,36 +202,32 @@ impl Lease {
 impl Upstream {
     /// A pool with the given settings.
     pub fn new(config: UpstreamConfig, metrics: Arc<Metrics>) -> Self {
-        Self::with_hosts(config, &DnsConfig::default(), metrics)
+        Self::with_resolver(
+            config,
+            Arc::new(Resolver::new(&DnsConfig::default())),
+            metrics,
+        )
     }
 
-    /// A pool that resolves the names of `dns.hosts` from the table, before the system resolver.
-    pub fn with_hosts(config: UpstreamConfig, dns: &DnsConfig, metrics: Arc<Metrics>) -> Self {
-        let hosts = dns
-            .hosts
-            .iter()
-            .map(|(name, ip)| {
-                let name = name.strip_suffix('.').unwrap_or(name);
-                (name.to_ascii_lowercase(), *ip)
-            })
-            .collect();
+    /// A pool that finds addresses with `resolver`.
+    pub(crate) fn with_resolver(
+        config: UpstreamConfig,
+        resolver: Arc<Resolver>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Upstream {
             inner: Arc::new(PoolInner {
                 idle: Mutex::new(HashMap::new()),
-                hosts,
+                resolver,
                 config,
                 metrics,
             }),
         }
     }
 
-    /// The static host table's address for `host` (lower-case), if it lists it.
-    pub fn static_address(&self, host: &str) -> Option<IpAddr> {
-        let hosts = &self.inner.hosts;
-        if hosts.is_empty() {
-            return None;
-        }
-        hosts.get(host.strip_suffix('.').unwrap_or(host)).copied()
+    /// The resolver the pool connects with.
+    pub(crate) fn resolver(&self) -> &Resolver {
+        &self.inner.resolver
     }
 
     /// Drops idle connections older than the idle timeout; run it now and then.
@@ -336,17 +333,16 @@ impl Upstream {
         let cfg = &self.inner.config;
         let connect = async {
             let mut last = None;
-            let addrs: Vec<SocketAddr> = match self.static_address(host) {
-                Some(ip) => vec![SocketAddr::new(ip, port)],
-                None => tokio::net::lookup_host((host, port))
+            let addrs =
+                self.inner
+                    .resolver
+                    .lookup(host)
                     .await
                     .map_err(|e| UpstreamError::Resolve {
                         host: host.to_owned(),
-                        source: e,
-                    })?
-                    .collect(),
-            };
-            for addr in addrs {
+                        source: std::io::Error::other(e.to_string()),
+                    })?;
+            for addr in addrs.iter().map(|ip| SocketAddr::new(*ip, port)) {
                 let socket = if addr.is_ipv4() {
                     TcpSocket::new_v4()
                 } else {

@@ -194,8 +194,31 @@ impl Reply {
 
 /// Sends `req` on a new connection to `addr` and reads the whole response.
 pub async fn send(addr: SocketAddr, req: Request<Empty<Bytes>>) -> Reply {
+    send_from(None, addr, req).await
+}
+
+/// Sends `req` from the source address `from` (any when `None`) on a new connection to `addr`.
+pub async fn send_from(
+    from: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    req: Request<Empty<Bytes>>,
+) -> Reply {
     let fut = async {
-        let stream = TcpStream::connect(addr).await.expect("connect");
+        let stream = match from {
+            None => TcpStream::connect(addr).await.expect("connect"),
+            Some(ip) => {
+                let socket = if ip.is_ipv4() {
+                    tokio::net::TcpSocket::new_v4()
+                } else {
+                    tokio::net::TcpSocket::new_v6()
+                }
+                .expect("socket");
+                socket
+                    .bind(SocketAddr::new(ip, 0))
+                    .expect("bind the source address");
+                socket.connect(addr).await.expect("connect")
+            }
+        };
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .expect("handshake");
@@ -221,6 +244,18 @@ pub async fn request(
     url: &str,
     headers: &[(&str, &str)],
 ) -> Reply {
+    request_from(None, proxy, method, url, headers).await
+}
+
+/// A proxy request from the source address `from`: method, absolute URL (or `host:port` for
+/// CONNECT), extra headers.
+pub async fn request_from(
+    from: Option<std::net::IpAddr>,
+    proxy: SocketAddr,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
     let uri: http::Uri = url.parse().expect("url");
     let mut b = Request::builder()
         .method(method)
@@ -229,7 +264,7 @@ pub async fn request(
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
-    send(proxy, b.body(Empty::new()).expect("request")).await
+    send_from(from, proxy, b.body(Empty::new()).expect("request")).await
 }
 
 /// GET through the proxy.
