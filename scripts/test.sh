@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs the whole test suite, installing first what the tests talk to (curl, calamaris, and
-# Squid and tshark for the ICP interop tests in crates/meshcache/tests/squid.rs; a DejaVu font
-# for the lab's PNG graphs).
+# Squid and tshark for the ICP interop tests in crates/meshcache/tests/squid.rs; Squid's auth
+# helpers and Apache's htpasswd for crates/meshcache-auth's tests; iproute2 for the access test
+# run in a network namespace of its own; a DejaVu font for the lab's PNG graphs).
 # Usage: scripts/test.sh [extra cargo test args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the interop tests use: command -> package.
-declare -A tools=([curl]=curl [calamaris]=calamaris [squid]=squid [tshark]=tshark)
+declare -A tools=([curl]=curl [calamaris]=calamaris [squid]=squid [tshark]=tshark [htpasswd]=apache2-utils [ip]=iproute2)
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
 missing=()
 for cmd in "${!tools[@]}"; do

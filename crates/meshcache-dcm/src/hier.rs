@@ -44,7 +44,7 @@ impl HierCode {
             HierCode::FirstParentMiss => "FIRST_PARENT_MISS",
             HierCode::ClosestParentMiss => "CLOSEST_PARENT_MISS",
             HierCode::SingleParent => "SINGLE_PARENT",
-            HierCode::FirstUpParent => "FIRST_UP_PARENT",
+            HierCode::FirstUpParent => "FIRSTUP_PARENT",
             HierCode::DefaultParent => "DEFAULT_PARENT",
             HierCode::RoundRobinParent => "ROUNDROBIN_PARENT",
             HierCode::Carp => "CARP",

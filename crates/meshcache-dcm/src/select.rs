@@ -224,7 +224,7 @@ mod tests {
             [
                 "r1:ROUNDROBIN_PARENT",
                 "r2:ROUNDROBIN_PARENT",
-                "a:FIRST_UP_PARENT",
+                "a:FIRSTUP_PARENT",
                 "d:DEFAULT_PARENT",
                 "DIRECT"
             ]
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(names(&peers, &r)[0], "r2:ROUNDROBIN_PARENT");
         // The domain parent serves its domain only.
         let r = route(&mut peers, "www.ufrj.br", now, None, false);
-        assert!(names(&peers, &r).contains(&"br:FIRST_UP_PARENT".to_string()));
+        assert!(names(&peers, &r).contains(&"br:FIRSTUP_PARENT".to_string()));
     }
 
     #[test]
@@ -249,14 +249,14 @@ mod tests {
         let r = route(&mut peers, "x.test", later, None, false);
         assert_eq!(
             names(&peers, &r),
-            ["p1:FIRST_UP_PARENT", "p2:FIRST_UP_PARENT", "DIRECT"]
+            ["p1:FIRSTUP_PARENT", "p2:FIRSTUP_PARENT", "DIRECT"]
         );
         // With every parent down, they are still tried before the origin.
         peers[1].fetch_failed(now);
         let r = route(&mut peers, "x.test", now, None, false);
         assert_eq!(
             names(&peers, &r),
-            ["p1:FIRST_UP_PARENT", "p2:FIRST_UP_PARENT", "DIRECT"]
+            ["p1:FIRSTUP_PARENT", "p2:FIRSTUP_PARENT", "DIRECT"]
         );
     }
 
@@ -270,7 +270,7 @@ mod tests {
         let r = route(&mut peers, "x.test", Instant::now(), Some(first), true);
         assert_eq!(
             names(&peers, &r),
-            ["p2:FIRST_PARENT_MISS", "p1:FIRST_UP_PARENT", "DIRECT"]
+            ["p2:FIRST_PARENT_MISS", "p1:FIRSTUP_PARENT", "DIRECT"]
         );
         assert!(r.timed_out);
     }

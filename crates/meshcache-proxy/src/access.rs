@@ -12,36 +12,17 @@
 //! `dst`. Accelerated requests (to `http.accelerate`, an origin the operator named) and the
 //! node's own digest and summary URLs are not forwarded anywhere and are not checked for it.
 //!
-//! Facts that cost a lookup are learnt only when a rule needs them ([`meshcache_policy::Need`]):
-//! the destination's addresses through the resolver the connection to the origin will use.
+//! The rules are decided by [`crate::decide`], which learns the facts they ask for.
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use meshcache_policy::time::LocalClock;
-use meshcache_policy::{Action, Decision, Fact, Need, Request, Rules};
+use meshcache_policy::{Action, Rules};
 
 use crate::config::{Config, ConfigError};
+use crate::decide::{decide, Decided, Facts, Subject};
 use crate::resolve::Resolver;
-
-/// What a request asks for, as the rules see it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Subject<'a> {
-    /// The origin's host, lower-case.
-    pub host: &'a str,
-    /// The origin's port.
-    pub port: u16,
-    /// The URL's scheme; `None` for CONNECT (and only for CONNECT).
-    pub scheme: Option<&'a str>,
-    /// The URL (`host:port` for CONNECT).
-    pub url: &'a str,
-    /// The method.
-    pub method: &'a str,
-    /// Whether the request leaves this node for its destination: not for the node's own
-    /// digest and summary, nor for accelerated requests to the configured origin.
-    pub forwarded: bool,
-}
 
 /// The answer for one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,6 +108,11 @@ impl Access {
         })
     }
 
+    /// The compiled `[[access]]` rules (a PURGE asks which one allowed it).
+    pub(crate) fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
     /// Decides one request from `client`.
     pub(crate) async fn check(
         &self,
@@ -144,59 +130,28 @@ impl Access {
             }
             return self.off_host(resolver, subject.host, None).await;
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let known: Option<Arc<[IpAddr]>> = resolver.known(subject.host).map(|ip| Arc::from([ip]));
-        let req = Request {
-            src: client,
-            dst: known.as_deref().map_or(Fact::Unknown, Fact::Known),
-            host: subject.host,
-            port: subject.port,
-            method: subject.method,
-            scheme: subject.scheme,
-            url: subject.url,
-            user: Fact::Absent,
-            groups: &[],
-            now: self.clock.moment(now),
-        };
-        let (decision, addrs) = match self.rules.decide(&req, 0) {
-            // A rule needs the destination: resolve it, and decide again from that rule.
-            Decision::Need {
-                rule,
-                need: Need::Dst,
-            } => {
-                let addrs = resolver.lookup(subject.host).await.unwrap_or_default();
-                let dst = if addrs.is_empty() {
-                    Fact::Absent
-                } else {
-                    Fact::Known(&*addrs)
-                };
-                (
-                    self.rules.decide(&Request { dst, ..req }, rule),
-                    Some(addrs),
-                )
-            }
-            decision => (decision, known.clone()),
-        };
-        match decision {
-            Decision::Matched {
-                rule,
-                action: Action::Deny,
-            } => Verdict::Deny(Denial::Rule(rule + 1)),
-            Decision::Matched {
-                rule,
-                action: Action::Allow,
-            } => {
+        let mut facts = Facts::default();
+        let decided = decide(
+            &self.rules,
+            resolver,
+            &self.clock,
+            client,
+            subject,
+            &mut facts,
+        )
+        .await;
+        match decided {
+            Decided::Rule(rule, Action::Deny) => Verdict::Deny(Denial::Rule(rule + 1)),
+            Decided::Rule(rule, Action::Allow) => {
                 let names_dst = self.rules.rule(rule).is_some_and(|r| r.names_dst());
                 if local_client || names_dst || !subject.forwarded {
                     Verdict::Allow
                 } else {
-                    self.off_host(resolver, subject.host, addrs).await
+                    self.off_host(resolver, subject.host, facts.addrs).await
                 }
             }
-            Decision::NoMatch => Verdict::Deny(Denial::NoRule),
-            Decision::Need { rule, .. } | Decision::Challenge { rule } => {
+            Decided::NoMatch => Verdict::Deny(Denial::NoRule),
+            Decided::Challenge(rule) | Decided::Unresolvable(rule) => {
                 Verdict::Deny(Denial::Unresolvable(rule + 1))
             }
         }

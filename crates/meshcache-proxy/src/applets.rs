@@ -573,7 +573,9 @@ async fn fetch_module(shared: &Shared, url: &str, max: u64) -> Result<Bytes, Str
     req.headers_mut().insert(header::HOST, host_header);
     req.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/wasm"));
-    req.headers_mut().insert(header::VIA, shared.via.clone());
+    if shared.config.http.via {
+        req.headers_mut().insert(header::VIA, shared.via.clone());
+    }
     let limit = shared.config.upstream.read_timeout + shared.config.upstream.connect_timeout;
     let fetch = async {
         let (resp, lease) = shared
@@ -634,7 +636,9 @@ async fn post_log(shared: &Shared, destination: &str, body: Bytes) -> Result<(),
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
-        h.insert(header::VIA, shared.via.clone());
+        if shared.config.http.via {
+            h.insert(header::VIA, shared.via.clone());
+        }
         let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
         let _ = resp.into_body().collect().await;

@@ -53,6 +53,14 @@ pub struct Config {
     /// for in a rule.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub lists: std::collections::BTreeMap<String, PathBuf>,
+    /// Requests that must go through a parent (`[[never_direct]]`, Squid's `never_direct`): the
+    /// first rule that matches decides; `allow` means "never direct".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub never_direct: Vec<meshcache_policy::RuleConfig>,
+    /// Requests that must go straight to the origin (`[[always_direct]]`), decided before
+    /// `never_direct`; `allow` means "always direct".
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub always_direct: Vec<meshcache_policy::RuleConfig>,
 }
 
 impl Default for Config {
@@ -71,6 +79,8 @@ impl Default for Config {
             peers: Vec::new(),
             access: Vec::new(),
             lists: std::collections::BTreeMap::new(),
+            never_direct: Vec::new(),
+            always_direct: Vec::new(),
         }
     }
 }
@@ -104,8 +114,31 @@ pub struct HttpConfig {
     /// On shutdown, how long in-flight requests may take to finish.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Add this node's `Via` to the requests it forwards and the responses it sends (Squid's
+    /// `via`). Off, a loop through this node alone is no longer seen (as in Squid).
+    pub via: bool,
+    /// What becomes of `X-Forwarded-For` on requests sent to origins and peers (Squid's
+    /// `forwarded_for`).
+    pub forwarded_for: ForwardedFor,
     /// Socket options for client connections.
     pub socket: SocketOptions,
+}
+
+/// What a forwarded request's `X-Forwarded-For` says (Squid's `forwarded_for`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForwardedFor {
+    /// The client's address is appended (Squid's default).
+    On,
+    /// `unknown` is appended.
+    Off,
+    /// The header is removed.
+    Delete,
+    /// The client's address replaces whatever the header said.
+    Truncate,
+    /// The header goes on as the client sent it, or not at all.
+    #[default]
+    Transparent,
 }
 
 impl Default for HttpConfig {
@@ -124,6 +157,8 @@ impl Default for HttpConfig {
             header_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(10),
+            via: true,
+            forwarded_for: ForwardedFor::Transparent,
             socket: SocketOptions::default(),
         }
     }
@@ -263,12 +298,21 @@ impl DiskSection {
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
     /// Share of a response's age since Last-Modified used as its freshness lifetime when it
-    /// gives none (RFC 9111 §4.2.2 suggests 10%).
+    /// gives none (RFC 9111 §4.2.2 suggests 10%), for URLs no refresh pattern matches.
     pub heuristic_fraction: f32,
     /// Concurrent misses for one URL make one upstream request; the others wait at most this
     /// long for it before fetching on their own.
     #[serde(with = "humantime_serde")]
     pub collapse_timeout: Duration,
+    /// Refresh patterns (`[[cache.refresh]]`, Squid's `refresh_pattern`), in order: the first
+    /// whose `url_regex` matches a URL governs the freshness of its responses.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refresh: Vec<RefreshConfig>,
+    /// Cache rules (`[[cache.rules]]`, Squid's `cache`), in order: a request the first matching
+    /// rule denies is neither answered from the store nor stored. A request no rule matches
+    /// uses the cache.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<meshcache_policy::RuleConfig>,
 }
 
 impl Default for CacheConfig {
@@ -276,6 +320,64 @@ impl Default for CacheConfig {
         Self {
             heuristic_fraction: 0.1,
             collapse_timeout: Duration::from_secs(10),
+            refresh: Vec::new(),
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// One refresh pattern (`[[cache.refresh]]`): Squid's
+/// `refresh_pattern [-i] regex min percent max [options]`. A key left out takes the value of
+/// Squid's built-in pattern (`0 20% 4320`: min 0, 20 %, max 3 days, no options).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefreshConfig {
+    /// Searched in the URL (the `regex` crate's syntax; `(?i)` for Squid's `-i`).
+    pub url_regex: String,
+    /// A response without explicit freshness and without `Last-Modified` is fresh this long.
+    #[serde(with = "humantime_serde", default)]
+    pub min: Duration,
+    /// A response without explicit freshness is fresh for this share (in %) of its age since
+    /// `Last-Modified` (`Date` − `Last-Modified`).
+    #[serde(default = "RefreshConfig::default_percent")]
+    pub percent: u32,
+    /// A response without explicit freshness is fresh at most this long.
+    #[serde(with = "humantime_serde", default = "RefreshConfig::default_max")]
+    pub max: Duration,
+    /// A response with explicit freshness (`max-age`, `Expires`) stays fresh at least `min`
+    /// (violates RFC 9111).
+    #[serde(default)]
+    pub override_expire: bool,
+    /// A response with `Last-Modified` stays fresh at least `min`, however recent the change.
+    #[serde(default)]
+    pub override_lastmod: bool,
+    /// A client's reload (`Cache-Control: no-cache`, `Pragma: no-cache`, `max-age=0`) is
+    /// answered from the store when the stored response is fresh (violates RFC 9111).
+    #[serde(default)]
+    pub ignore_reload: bool,
+}
+
+impl RefreshConfig {
+    /// Squid's built-in 20 %.
+    pub fn default_percent() -> u32 {
+        20
+    }
+
+    /// Squid's built-in 3 days (4320 minutes).
+    pub fn default_max() -> Duration {
+        Duration::from_secs(3 * 24 * 3600)
+    }
+
+    /// A pattern for `url_regex` with Squid's built-in numbers and no options.
+    pub fn new(url_regex: &str) -> Self {
+        Self {
+            url_regex: url_regex.into(),
+            min: Duration::ZERO,
+            percent: Self::default_percent(),
+            max: Self::default_max(),
+            override_expire: false,
+            override_lastmod: false,
+            ignore_reload: false,
         }
     }
 }
@@ -638,7 +740,13 @@ impl Config {
             return invalid("http.max_header_bytes", "must be at least 8 KiB");
         }
         self.validate_store()?;
+        if !self.lists.is_empty() {
+            self.lists()?;
+        }
         self.access_rules()?;
+        self.routing_rules()?;
+        self.cache_rules()?;
+        self.refresh_patterns()?;
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return invalid("cache.heuristic_fraction", "must be between 0 and 1");
         }
@@ -811,20 +919,79 @@ impl Config {
     /// Compiles the access rules, reading the named lists: an error names the rule and key,
     /// or the list and line.
     pub fn access_rules(&self) -> Result<meshcache_policy::Rules, ConfigError> {
-        let lists =
-            meshcache_policy::Lists::load(&self.lists).map_err(|e| ConfigError::Invalid {
-                key: "lists",
-                reason: e.to_string(),
-            })?;
-        let rules = meshcache_policy::Rules::compile(&self.access, &lists).map_err(|e| {
+        self.rule_list("access", &self.access)
+    }
+
+    /// Compiles the routing rules: `(always_direct, never_direct)`.
+    pub fn routing_rules(
+        &self,
+    ) -> Result<(meshcache_policy::Rules, meshcache_policy::Rules), ConfigError> {
+        Ok((
+            self.rule_list("always_direct", &self.always_direct)?,
+            self.rule_list("never_direct", &self.never_direct)?,
+        ))
+    }
+
+    /// Compiles the cache rules (`[[cache.rules]]`).
+    pub fn cache_rules(&self) -> Result<meshcache_policy::Rules, ConfigError> {
+        self.rule_list("cache.rules", &self.cache.rules)
+    }
+
+    /// Compiles the refresh patterns' expressions into one set, pattern `i` the set's `i`th
+    /// (`None` when there is none): an error names the pattern by position.
+    pub fn refresh_patterns(&self) -> Result<Option<regex::RegexSet>, ConfigError> {
+        let invalid = |reason: String| ConfigError::Invalid {
+            key: "cache.refresh",
+            reason,
+        };
+        for (i, pattern) in self.cache.refresh.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(&pattern.url_regex) {
+                return Err(invalid(format!(
+                    "rule {}, url_regex: {:?}: {e}",
+                    i + 1,
+                    pattern.url_regex
+                )));
+            }
+            if pattern.min > pattern.max {
+                return Err(invalid(format!("rule {}, min: is above max", i + 1)));
+            }
+        }
+        if self.cache.refresh.is_empty() {
+            return Ok(None);
+        }
+        regex::RegexSetBuilder::new(self.cache.refresh.iter().map(|p| &p.url_regex))
+            .size_limit(64 << 20)
+            .build()
+            .map(Some)
+            .map_err(|e| invalid(format!("the expressions together: {e}")))
+    }
+
+    /// Reads the named lists.
+    fn lists(&self) -> Result<meshcache_policy::Lists, ConfigError> {
+        meshcache_policy::Lists::load(&self.lists).map_err(|e| ConfigError::Invalid {
+            key: "lists",
+            reason: e.to_string(),
+        })
+    }
+
+    /// Compiles one rule list, reading the named lists it refers to.
+    fn rule_list(
+        &self,
+        key: &'static str,
+        configs: &[meshcache_policy::RuleConfig],
+    ) -> Result<meshcache_policy::Rules, ConfigError> {
+        if configs.is_empty() {
+            return Ok(meshcache_policy::Rules::default());
+        }
+        let rules = meshcache_policy::Rules::compile(configs, &self.lists()?).map_err(|e| {
             ConfigError::Invalid {
-                key: "access",
+                key,
                 reason: e.to_string(),
             }
         })?;
         if let Some(i) = (0..rules.len()).find(|&i| rules.rule(i).is_some_and(|r| r.names_user())) {
             return Err(ConfigError::Invalid {
-                key: "access",
+                key,
                 reason: format!(
                     "rule {}: user and group need proxy authentication, which this version does not have yet",
                     i + 1

@@ -40,6 +40,7 @@ use crate::config::{CooperationConfig, PeerConfig, Protocol};
 use crate::efficiency::{Category, Source, Timed};
 use crate::error::UpstreamError;
 use crate::headers;
+use crate::routing::Directness;
 use crate::service::Target;
 use crate::upstream::{Lease, UpBody};
 use crate::Shared;
@@ -230,6 +231,48 @@ impl Coop {
     /// The ICP socket's address, when ICP is on.
     pub fn icp_addr(&self) -> Option<SocketAddr> {
         self.icp.get().and_then(|s| s.local_addr().ok())
+    }
+
+    /// The parents that may take a request for `host` and whose HTTP side is up, in
+    /// configuration order.
+    pub(crate) fn parents_up(&self, host: &str) -> Vec<PeerId> {
+        let now = Instant::now();
+        let mesh = self.mesh.lock();
+        let peers = mesh.peers();
+        mesh.parents()
+            .iter()
+            .copied()
+            .filter(|id| peers[id.0].spec.serves(host) && peers[id.0].http_up(now))
+            .collect()
+    }
+
+    /// `route` for a request that must not go to the origin (`never_direct`): its hops to
+    /// peers that are up, and when none of them is a parent, every parent that is up.
+    pub(crate) fn without_origin(&self, route: Route, host: &str) -> Route {
+        let now = Instant::now();
+        let mut hops: Vec<Hop> = {
+            let mesh = self.mesh.lock();
+            route
+                .hops
+                .into_iter()
+                .filter(
+                    |h| matches!(h, Hop::Peer { peer, .. } if mesh.peers()[peer.0].http_up(now)),
+                )
+                .collect()
+        };
+        let has_parent = hops.iter().any(
+            |h| matches!(h, Hop::Peer { peer, .. } if self.specs[peer.0].role == Role::Parent),
+        );
+        if !has_parent {
+            hops.extend(self.parents_up(host).into_iter().map(|peer| Hop::Peer {
+                peer,
+                code: HierCode::FirstUpParent,
+            }));
+        }
+        Route {
+            hops,
+            timed_out: route.timed_out,
+        }
     }
 
     /// Decides where a miss of `url` goes. `hierarchical`: may siblings be asked.
@@ -447,7 +490,7 @@ impl Coop {
         &self.specs[id.0]
     }
 
-    fn fetch_result(&self, id: PeerId, ok: bool) {
+    pub(crate) fn fetch_result(&self, id: PeerId, ok: bool) {
         let mut mesh = self.mesh.lock();
         if ok {
             mesh.fetch_ok(id);
@@ -524,7 +567,7 @@ pub(crate) async fn forward(
     mut body: Option<Incoming>,
     hierarchical: bool,
 ) -> Result<Forwarded, UpstreamError> {
-    let route = if shared.coop.specs.is_empty() {
+    let route = if shared.coop.specs.is_empty() || target.directness == Directness::Always {
         Route::direct()
     } else {
         let search = shared.coop.route(&target.url, &target.host, hierarchical);
@@ -536,6 +579,16 @@ pub(crate) async fn forward(
         )
         .await
     };
+    let route = if target.directness == Directness::Never {
+        shared.coop.without_origin(route, &target.host)
+    } else {
+        route
+    };
+    if route.hops.is_empty() {
+        return Err(UpstreamError::NoRoute {
+            host: target.host.clone(),
+        });
+    }
     let mut last_error = None;
     let hops = route.hops.len();
     for (i, hop) in route.hops.iter().enumerate() {
@@ -651,6 +704,15 @@ pub(crate) async fn forward(
         if last {
             break;
         }
+    }
+    if target.directness == Directness::Never {
+        // Every peer failed, and the origin is not an option: 503, as for no peer at all.
+        if let Some(e) = last_error {
+            tracing::info!(url = %target.url, error = %e, "never_direct: every peer failed");
+        }
+        return Err(UpstreamError::NoRoute {
+            host: target.host.clone(),
+        });
     }
     Err(last_error.unwrap_or_else(|| UpstreamError::ReadTimeout {
         host: target.host.clone(),

@@ -34,6 +34,22 @@ pub enum UpstreamError {
         /// Host asked for.
         host: String,
     },
+    /// The request may not go to the origin (`never_direct`) and no parent is up.
+    #[error("{host} may only be reached through a parent, and no parent is up")]
+    NoRoute {
+        /// Host asked for.
+        host: String,
+    },
+    /// A parent refused to open a CONNECT tunnel.
+    #[error("parent {peer} answered {status} to CONNECT {authority}")]
+    TunnelRefused {
+        /// The parent.
+        peer: String,
+        /// Its status.
+        status: StatusCode,
+        /// The tunnel asked for.
+        authority: String,
+    },
     /// The upstream broke HTTP or closed the connection early.
     #[error("{host} failed: {source}")]
     Protocol {
@@ -64,12 +80,27 @@ impl UpstreamError {
         }
     }
 
+    /// The `X-Meshcache-Error` token the client gets.
+    pub fn token(&self) -> &'static str {
+        match self {
+            UpstreamError::Resolve { .. } => "dns-failure",
+            UpstreamError::Connect { .. } => "connect-failed",
+            UpstreamError::ConnectTimeout { .. } | UpstreamError::ReadTimeout { .. } => {
+                "upstream-timeout"
+            }
+            UpstreamError::NoRoute { .. } => "no-route",
+            UpstreamError::TunnelRefused { .. } => "parent-refused",
+            UpstreamError::Protocol { .. } => "upstream-failed",
+        }
+    }
+
     /// The status the client gets.
     pub fn status(&self) -> StatusCode {
         match self {
             UpstreamError::ConnectTimeout { .. } | UpstreamError::ReadTimeout { .. } => {
                 StatusCode::GATEWAY_TIMEOUT
             }
+            UpstreamError::NoRoute { .. } => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::BAD_GATEWAY,
         }
     }

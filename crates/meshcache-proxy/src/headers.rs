@@ -1,8 +1,13 @@
 //! Header handling shared by every path through the proxy: hop-by-hop removal, `Via`,
-//! request `Cache-Control` directives, and the small header parsers the cache needs.
+//! `X-Forwarded-For`, request `Cache-Control` directives, and the small header parsers the
+//! cache needs.
 //! Everything here is pure.
 
+use std::net::IpAddr;
+
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::ForwardedFor;
 
 /// Headers that describe one connection, never the message (RFC 9110 §7.6.1), plus
 /// the de-facto `Proxy-Connection` and `Keep-Alive`.
@@ -114,6 +119,83 @@ impl RequestDirectives {
         }
         d
     }
+
+    /// Squid's `ignore-reload`: the client's reload (`no-cache`, `Pragma: no-cache`,
+    /// `max-age=0`) is disregarded, so a fresh stored response answers it.
+    pub fn ignore_reload(&mut self) {
+        self.no_cache = false;
+        if self.max_age == Some(0) {
+            self.max_age = None;
+        }
+    }
+}
+
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// Sets a forwarded request's `X-Forwarded-For` for `client` as `mode` says (Squid's
+/// `forwarded_for`): `on` appends the client's address, `off` appends `unknown`, `truncate`
+/// leaves the client's address alone, `delete` removes the header, `transparent` leaves it as
+/// the client sent it. The list is sent as one field. A client that named the header in
+/// `Connection` (to have it dropped as hop-by-hop) does not thereby drop the entry added here.
+pub fn forwarded_for(headers: &mut HeaderMap, mode: ForwardedFor, client: IpAddr) {
+    if mode == ForwardedFor::Transparent {
+        return;
+    }
+    let hop_by_hop = unlist_connection(headers, &X_FORWARDED_FOR);
+    let mut list = String::new();
+    if !hop_by_hop && matches!(mode, ForwardedFor::On | ForwardedFor::Off) {
+        for item in headers
+            .get_all(&X_FORWARDED_FOR)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+        {
+            list.push_str(item);
+            list.push_str(", ");
+        }
+    }
+    headers.remove(&X_FORWARDED_FOR);
+    match mode {
+        ForwardedFor::On | ForwardedFor::Truncate => {
+            list.push_str(&client.to_canonical().to_string())
+        }
+        ForwardedFor::Off => list.push_str("unknown"),
+        ForwardedFor::Delete | ForwardedFor::Transparent => return,
+    }
+    if let Ok(v) = HeaderValue::from_str(&list) {
+        headers.insert(X_FORWARDED_FOR.clone(), v);
+    }
+}
+
+/// Takes `name` out of the `Connection` header's list; true when it was there.
+fn unlist_connection(headers: &mut HeaderMap, name: &HeaderName) -> bool {
+    let mut found = false;
+    let mut rest = Vec::new();
+    for token in headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        if token.eq_ignore_ascii_case(name.as_str()) {
+            found = true;
+        } else {
+            rest.push(token.to_owned());
+        }
+    }
+    if found {
+        headers.remove(header::CONNECTION);
+        if let Ok(v) = HeaderValue::from_str(&rest.join(", ")) {
+            if !rest.is_empty() {
+                headers.insert(header::CONNECTION, v);
+            }
+        }
+    }
+    found
 }
 
 /// The response directives the cache acts on beyond freshness (RFC 9111 §5.2.2, RFC 5861).
@@ -146,7 +228,7 @@ impl ResponseDirectives {
 
 /// Iterates `name[=value]` directives of a comma-separated header, names lower-cased,
 /// quotes stripped from values.
-fn directives(
+pub(crate) fn directives(
     headers: &HeaderMap,
     name: HeaderName,
 ) -> impl Iterator<Item = (String, Option<&str>)> + '_ {
@@ -296,6 +378,72 @@ mod tests {
             );
         }
         h
+    }
+
+    #[test]
+    fn forwarded_for_modes() {
+        let client: IpAddr = "192.0.2.7".parse().expect("ip");
+        let sent = |mode, pairs: &[(&str, &str)]| {
+            let mut h = map(pairs);
+            forwarded_for(&mut h, mode, client);
+            let values: Vec<&str> = h
+                .get_all("x-forwarded-for")
+                .iter()
+                .map(|v| v.to_str().expect("ascii"))
+                .collect();
+            (values.join(" | "), h)
+        };
+        let two = [
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", " 10.0.0.2 ,"),
+        ];
+        for (mode, none, with) in [
+            (ForwardedFor::On, "192.0.2.7", "10.0.0.1, 10.0.0.2, 192.0.2.7"),
+            (ForwardedFor::Off, "unknown", "10.0.0.1, 10.0.0.2, unknown"),
+            (ForwardedFor::Truncate, "192.0.2.7", "192.0.2.7"),
+            (ForwardedFor::Delete, "", ""),
+            (ForwardedFor::Transparent, "", "10.0.0.1 |  10.0.0.2 ,"),
+        ] {
+            assert_eq!(sent(mode, &[]).0, none, "{mode:?} without a header");
+            assert_eq!(sent(mode, &two).0, with, "{mode:?} with two");
+        }
+        // An IPv4 client on a dual-stack socket is written as IPv4; IPv6 as is.
+        let mut h = HeaderMap::new();
+        forwarded_for(&mut h, ForwardedFor::On, "::ffff:192.0.2.9".parse().expect("ip"));
+        assert_eq!(h["x-forwarded-for"], "192.0.2.9");
+        let mut h = HeaderMap::new();
+        forwarded_for(&mut h, ForwardedFor::On, "2001:db8::1".parse().expect("ip"));
+        assert_eq!(h["x-forwarded-for"], "2001:db8::1");
+        // A client cannot have our entry dropped by calling the header hop-by-hop: its own
+        // entries go (they were hop-by-hop), ours stays, and so do the other Connection tokens.
+        let (value, mut h) = sent(
+            ForwardedFor::On,
+            &[
+                ("connection", "X-Forwarded-For, x-other"),
+                ("x-forwarded-for", "10.6.6.6"),
+                ("x-other", "1"),
+            ],
+        );
+        assert_eq!(value, "192.0.2.7");
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h["x-forwarded-for"], "192.0.2.7");
+        assert!(!h.contains_key("x-other"));
+    }
+
+    #[test]
+    fn ignore_reload_drops_reloads_only() {
+        for reload in [
+            &[("cache-control", "no-cache")][..],
+            &[("pragma", "no-cache")],
+            &[("cache-control", "max-age=0")],
+        ] {
+            let mut d = RequestDirectives::parse(&map(reload));
+            d.ignore_reload();
+            assert_eq!(d, RequestDirectives::default(), "{reload:?}");
+        }
+        let mut d = RequestDirectives::parse(&map(&[("cache-control", "max-age=5, no-store")]));
+        d.ignore_reload();
+        assert_eq!((d.max_age, d.no_store), (Some(5), true));
     }
 
     #[test]

@@ -26,8 +26,10 @@ mod admin;
 pub mod applets;
 pub mod body;
 pub mod cache;
+mod caching;
 pub mod config;
 pub mod coop;
+mod decide;
 pub mod directory;
 pub mod efficiency;
 pub mod error;
@@ -38,6 +40,7 @@ pub mod metrics;
 pub mod multicast;
 pub mod outcome;
 mod resolve;
+mod routing;
 pub mod semantics;
 pub mod server;
 mod service;
@@ -59,7 +62,11 @@ pub(crate) struct Shared {
     config: Config,
     /// Who may use the proxy for what.
     access: access::Access,
+    /// Where requests may go: `never_direct`, `always_direct`.
+    routing: routing::Routing,
     cache: cache::Cache,
+    /// Refresh patterns, cache rules, PURGE.
+    caching: caching::Caching,
     upstream: upstream::Upstream,
     coop: coop::Coop,
     /// Active Cache, when `applets.enabled`.

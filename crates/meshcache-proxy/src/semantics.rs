@@ -86,6 +86,62 @@ impl http_cache_semantics::ResponseLike for ResponseView<'_> {
     }
 }
 
+/// A refresh pattern's numbers (Squid's `refresh_pattern regex min percent max [options]`),
+/// for the responses of the URLs it matches. Times in seconds.
+///
+/// Squid decides freshness at each request from the response's age; every one of its tests is
+/// "fresh while the age is below some bound", so the bound is worked out once, when the response
+/// arrives, as its freshness lifetime ([`Refresh::lifetime`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refresh {
+    /// Fresh at least this long without explicit freshness or `Last-Modified`.
+    pub min: u64,
+    /// Share (%) of the age since `Last-Modified` that a response stays fresh.
+    pub percent: u32,
+    /// Fresh at most this long without explicit freshness.
+    pub max: u64,
+    /// `min` holds even against explicit freshness.
+    pub override_expire: bool,
+    /// `min` holds even when `Last-Modified` gives less.
+    pub override_lastmod: bool,
+    /// A client's reload is answered from the store.
+    pub ignore_reload: bool,
+}
+
+impl Refresh {
+    /// The freshness lifetime of a response under this pattern, as Squid's `refreshCheck`:
+    ///
+    /// - with explicit freshness (`explicit`: `s-maxage`, `max-age`, or `Expires` − `Date`),
+    ///   that, raised to `min` with `override_expire` (`max` does not cut it);
+    /// - else, with `Last-Modified` before `Date` (`modified_age`: the difference), `percent` of
+    ///   it, raised to `min` with `override_lastmod`, at most `max`;
+    /// - else `min`, at most `max`.
+    ///
+    /// `revalidate`: the response says `must-revalidate`, `proxy-revalidate` or `s-maxage`,
+    /// which Squid lets no override lengthen.
+    pub fn lifetime(&self, explicit: Option<u64>, modified_age: Option<u64>, revalidate: bool) -> u64 {
+        if let Some(explicit) = explicit {
+            return if self.override_expire && !revalidate {
+                explicit.max(self.min)
+            } else {
+                explicit
+            };
+        }
+        let heuristic = match modified_age {
+            Some(age) => {
+                let share = age.saturating_mul(u64::from(self.percent)) / 100;
+                if self.override_lastmod && !revalidate {
+                    share.max(self.min)
+                } else {
+                    share
+                }
+            }
+            None => self.min,
+        };
+        heuristic.min(self.max)
+    }
+}
+
 impl Freshness {
     /// Decides whether a response to `req` may be stored, and if so its freshness.
     /// Returns `None` for what a shared cache must not store, and for what it could never
@@ -96,6 +152,29 @@ impl Freshness {
         res_headers: &HeaderMap,
         response_time: SystemTime,
         heuristic_fraction: f32,
+    ) -> Option<Freshness> {
+        Self::for_exchange_with(
+            req,
+            status,
+            res_headers,
+            response_time,
+            heuristic_fraction,
+            None,
+        )
+    }
+
+    /// As [`Freshness::for_exchange`], with the refresh pattern that matches the URL, if any:
+    /// it replaces the `heuristic_fraction` heuristic and may lengthen explicit freshness
+    /// ([`Refresh::lifetime`]). It does not touch responses the cache must always validate or
+    /// never reuse (`no-cache`, `Pragma: no-cache`, `proxy-revalidate`, `Set-Cookie` without
+    /// `public`, `Vary: *`), nor make storable what is not.
+    pub fn for_exchange_with(
+        req: &request::Parts,
+        status: StatusCode,
+        res_headers: &HeaderMap,
+        response_time: SystemTime,
+        heuristic_fraction: f32,
+        refresh: Option<&Refresh>,
     ) -> Option<Freshness> {
         if req.method != Method::GET {
             return None;
@@ -122,16 +201,24 @@ impl Freshness {
             return None;
         }
         let age = policy.age(response_time);
-        let ttl = policy.time_to_live(response_time);
+        let mut lifetime = age + policy.time_to_live(response_time);
+        if let Some(refresh) = refresh {
+            let facts = ExpiryFacts::of(res_headers, response_time);
+            if !facts.always_validate {
+                let explicit = facts.explicit.then_some(lifetime.as_secs());
+                let secs = refresh.lifetime(explicit, facts.modified_age, facts.revalidate);
+                lifetime = Duration::from_secs(secs);
+            }
+        }
         let has_validator = res_headers.contains_key(header::ETAG)
             || res_headers.contains_key(header::LAST_MODIFIED);
-        if ttl.is_zero() && !has_validator {
+        if lifetime <= age && !has_validator {
             return None;
         }
         Some(Freshness {
             response_time: secs(response_time),
             initial_age: clamp32(age),
-            lifetime: clamp32(age + ttl),
+            lifetime: clamp32(lifetime),
             directives: ResponseDirectives::parse(res_headers),
         })
     }
@@ -186,6 +273,60 @@ impl Freshness {
                 .directives
                 .stale_if_error
                 .is_some_and(|w| staleness <= u64::from(w))
+    }
+}
+
+/// What a refresh pattern needs to know of a response's own expiry information.
+struct ExpiryFacts {
+    /// `s-maxage`, `max-age` or `Expires`: the response says how long it is fresh.
+    explicit: bool,
+    /// `must-revalidate`, `proxy-revalidate` or `s-maxage`: no override lengthens it.
+    revalidate: bool,
+    /// The cache must validate it at every use, or never reuse it; no pattern changes that
+    /// (`no-cache`, `Pragma: no-cache` without `Cache-Control`, `proxy-revalidate`,
+    /// `Set-Cookie` without `public` or `immutable`, `Vary: *`).
+    always_validate: bool,
+    /// `Date` − `Last-Modified` in seconds, when `Last-Modified` is the earlier.
+    modified_age: Option<u64>,
+}
+
+impl ExpiryFacts {
+    fn of(headers: &HeaderMap, response_time: SystemTime) -> Self {
+        let mut cc = Vec::new();
+        for (name, _) in crate::headers::directives(headers, header::CACHE_CONTROL) {
+            cc.push(name);
+        }
+        let has = |d: &str| cc.iter().any(|n| n == d);
+        let pragma_no_cache = !headers.contains_key(header::CACHE_CONTROL)
+            && crate::headers::directives(headers, header::PRAGMA).any(|(n, _)| n == "no-cache");
+        let vary_star = headers
+            .get_all(header::VARY)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|v| v.trim() == "*");
+        let cookie = headers.contains_key(header::SET_COOKIE) && !has("public") && !has("immutable");
+        let date = |name: HeaderName| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| httpdate::parse_http_date(v).ok())
+        };
+        let served = date(header::DATE).unwrap_or(response_time);
+        let modified_age = date(header::LAST_MODIFIED)
+            .and_then(|lm| served.duration_since(lm).ok())
+            .map(|d| d.as_secs())
+            .filter(|&s| s > 0);
+        ExpiryFacts {
+            explicit: has("s-maxage") || has("max-age") || headers.contains_key(header::EXPIRES),
+            revalidate: has("must-revalidate") || has("proxy-revalidate") || has("s-maxage"),
+            always_validate: has("no-cache")
+                || pragma_no_cache
+                || has("proxy-revalidate")
+                || cookie
+                || vary_star,
+            modified_age,
+        }
     }
 }
 

@@ -155,12 +155,16 @@ impl Proxy {
             http::HeaderValue::from_str(&format!("{}; hit; detail=applet", config.name)).ok();
         let coop = Coop::new(&config);
         let access = crate::access::Access::new(&config)?;
+        let routing = crate::routing::Routing::new(&config)?;
+        let caching = crate::caching::Caching::new(&config)?;
         let applets = crate::applets::Active::new(&config.applets).map_err(ProxyError::Applets)?;
         Ok(Proxy {
             shared: Arc::new(Shared {
                 config,
                 access,
+                routing,
                 cache,
+                caching,
                 upstream,
                 coop,
                 applets,

@@ -1,9 +1,9 @@
 //! What happens to one request: the request lifecycle.
 //!
 //! ```text
-//! ACL ─► CONNECT? ─► tunnel
-//!   │
-//!   ▼ target (absolute-URI, or origin-form in accelerator mode) ─► framing and loop checks
+//! http.allow ─► target (absolute-URI, host:port for CONNECT, or origin-form in accelerator
+//!   │            mode) ─► access rules (access.rs) ─► CONNECT? ─► tunnel
+//!   ▼ framing and loop checks
 //!   │
 //!   ├─ GET/HEAD ─► lookup ─ fresh ─────────────► serve from store (304 / 206 / 200)
 //!   │                 ├─ stale, may serve ─────► serve, refresh in background
@@ -32,15 +32,18 @@ use hyper::body::Incoming;
 use meshcache_applet::Built;
 use meshcache_store::InvalidateCause;
 
-use crate::access::{Denial, Subject, Verdict};
+use crate::access::{Denial, Verdict};
 use crate::applets::{self, Gate};
 use crate::body::{Capture, ProxyBody, Relay, Spill, Transaction};
 use crate::cache::{CachedObject, Collapse, FetchGuard, Found, Tier};
+use crate::config::ForwardedFor;
 use crate::coop::{self, Forwarded};
+use crate::decide::Subject;
 use crate::error::UpstreamError;
 use crate::guard::ViolationSlot;
 use crate::headers::{self, parse_range, RangeRequest, RequestDirectives};
 use crate::outcome::ResultCode;
+use crate::routing::Directness;
 use crate::semantics::{self, ConditionalHit, Freshness, Usability};
 use crate::upstream::UpBody;
 use crate::{tunnel, Shared};
@@ -60,6 +63,8 @@ pub(crate) struct Target {
     pub url: String,
     /// `path?query` for the upstream request line.
     pub path: String,
+    /// Where it may go (the routing rules).
+    pub directness: Directness,
 }
 
 /// Handles one request. Never fails: every problem becomes a response.
@@ -112,35 +117,38 @@ pub(crate) async fn handle(
     }
     let internal_url = crate::summary::internal(&shared.config, &parts.uri)
         .filter(|_| parts.method == Method::GET || parts.method == Method::HEAD);
-    if let Err(denial) = admit(
+    let admitted = admit(
         &shared,
         client.ip(),
         &parts,
         &target,
         internal_url.is_some(),
     )
-    .await
-    {
-        tracing::debug!(%client, url = %parts.uri, reason = %denial.reason(), "request denied");
-        return Ok(refuse(
-            &shared,
-            txn,
-            StatusCode::FORBIDDEN,
-            ResultCode::TcpDenied,
-            denial.token(),
-            &denial.reason(),
-        ));
-    }
+    .await;
+    let directness = match admitted {
+        Ok(directness) => directness,
+        Err(denial) => {
+            tracing::debug!(%client, url = %parts.uri, reason = %denial.reason(), "request denied");
+            return Ok(refuse(
+                &shared,
+                txn,
+                StatusCode::FORBIDDEN,
+                ResultCode::TcpDenied,
+                denial.token(),
+                &denial.reason(),
+            ));
+        }
+    };
     if let Some(which) = internal_url {
         let head = parts.method == Method::HEAD;
         return Ok(internal(&shared, txn, which, &parts.headers, head));
     }
     if parts.method == Method::CONNECT {
-        return Ok(Box::pin(tunnel::connect(shared, txn, parts)).await);
+        return Ok(Box::pin(tunnel::connect(shared, txn, parts, directness)).await);
     }
     // Content-Length with Transfer-Encoding never gets here: hyper reads such a body as chunked,
     // drops the length and closes the connection after the response (RFC 9112 §6.3).
-    let target = match target {
+    let mut target = match target {
         Ok(t) => t,
         Err((status, token, reason)) => {
             return Ok(refuse(
@@ -153,6 +161,7 @@ pub(crate) async fn handle(
             ))
         }
     };
+    target.directness = directness;
     if headers::via_contains(&parts.headers, &shared.config.name)
         || headers::via_hops(&parts.headers) > headers::MAX_VIA_HOPS
     {
@@ -166,28 +175,184 @@ pub(crate) async fn handle(
         ));
     }
     let response = if parts.method == Method::GET || parts.method == Method::HEAD {
-        cached(&shared, txn, parts, target).await
+        if shared.caching.has_rules()
+            && !Box::pin(uses_cache(&shared, client.ip(), &parts, &target)).await
+        {
+            Box::pin(bypass(&shared, txn, parts, target)).await
+        } else {
+            cached(&shared, txn, parts, target).await
+        }
+    } else if parts.method.as_str() == "PURGE" {
+        Box::pin(purge(&shared, txn, client.ip(), &parts, &target)).await
     } else {
         Box::pin(pass_through(&shared, txn, parts, body, target, &violation)).await
     };
     Ok(response)
 }
 
-/// The access rules' answer for a request (see [`crate::access`]). A request whose target is
-/// malformed passes here: it is refused for that right after.
+/// A GET or HEAD as the cache rules and PURGE's access check see it.
+fn cache_subject<'a>(parts: &'a request::Parts, target: &'a Target) -> Subject<'a> {
+    Subject {
+        host: &target.host,
+        port: target.port,
+        scheme: Some("http"),
+        url: &target.url,
+        method: parts.method.as_str(),
+        forwarded: parts.uri.scheme().is_some(),
+    }
+}
+
+/// Whether the cache rules (`[[cache.rules]]`) let this request use the cache.
+async fn uses_cache(
+    shared: &Shared,
+    client: std::net::IpAddr,
+    parts: &request::Parts,
+    target: &Target,
+) -> bool {
+    let subject = cache_subject(parts, target);
+    shared
+        .caching
+        .caches(shared.upstream.resolver(), client, &subject)
+        .await
+}
+
+/// Marks a request the cache rules keep out of the cache: fetched, relayed, never stored.
+#[derive(Clone, Copy, Debug)]
+struct Bypass;
+
+/// A GET or HEAD that the cache rules keep out of the cache (Squid's `cache deny`): not looked
+/// up, not collapsed with others, not stored (`Cache-Status: NAME; fwd=bypass`), and not asked
+/// of siblings; `only-if-cached` gets 504.
+async fn bypass(
+    shared: &Arc<Shared>,
+    txn: Transaction,
+    mut parts: request::Parts,
+    target: Target,
+) -> Response<ProxyBody> {
+    if RequestDirectives::parse(&parts.headers).only_if_cached {
+        return refuse(
+            shared,
+            txn,
+            StatusCode::GATEWAY_TIMEOUT,
+            ResultCode::TcpMiss,
+            "only-if-cached",
+            "only-if-cached: the cache rules keep this URL out of the cache",
+        );
+    }
+    parts.extensions.insert(Bypass);
+    Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await
+}
+
+/// PURGE: removes the stored response for the URL (every variant, memory and disks) and
+/// answers 200, or 404 when nothing was stored, both without a body and logged `TCP_MISS`, as
+/// Squid. Only an `[[access]]` rule that allows the request and names the method `PURGE`
+/// allows it; otherwise 403 (`TCP_DENIED`).
+async fn purge(
+    shared: &Shared,
+    mut txn: Transaction,
+    client: std::net::IpAddr,
+    parts: &request::Parts,
+    target: &Target,
+) -> Response<ProxyBody> {
+    let subject = cache_subject(parts, target);
+    let allowed = shared
+        .caching
+        .purge_allowed(
+            shared.access.rules(),
+            &shared.config.access,
+            shared.upstream.resolver(),
+            client,
+            &subject,
+        )
+        .await;
+    if !allowed {
+        return refuse(
+            shared,
+            txn,
+            StatusCode::FORBIDDEN,
+            ResultCode::TcpDenied,
+            "access-denied",
+            "PURGE is allowed only by an [[access]] rule that allows it and names method PURGE",
+        );
+    }
+    let held = shared.cache.contains(&target.url);
+    shared
+        .cache
+        .invalidate(&target.url, InvalidateCause::Explicit);
+    let status = if held {
+        StatusCode::OK
+    } else {
+        StatusCode::NOT_FOUND
+    };
+    let mut headers = HeaderMap::with_capacity(2);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0u64));
+    add_via(shared, &mut headers);
+    txn.result = ResultCode::TcpMiss;
+    txn.status = status.as_u16();
+    txn.head_bytes = head_size(&headers);
+    let mut resp = Response::new(ProxyBody::full(Bytes::new()).with_transaction(txn));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+/// Appends this node's `Via` unless `http.via` is off.
+fn add_via(shared: &Shared, headers: &mut HeaderMap) {
+    if shared.config.http.via {
+        headers::append_via(headers, &shared.via);
+    }
+}
+
+/// The request headers to forward for `client`: `X-Forwarded-For` as `http.forwarded_for`
+/// says (borrowed as they are when it is `transparent`).
+fn outgoing<'a>(
+    shared: &Shared,
+    headers: &'a HeaderMap,
+    client: std::net::IpAddr,
+) -> std::borrow::Cow<'a, HeaderMap> {
+    let mode = shared.config.http.forwarded_for;
+    if mode == ForwardedFor::Transparent {
+        return std::borrow::Cow::Borrowed(headers);
+    }
+    let mut owned = headers.clone();
+    headers::forwarded_for(&mut owned, mode, client);
+    std::borrow::Cow::Owned(owned)
+}
+
+/// The freshness of a response to `req` for `url`, under the refresh pattern that matches it.
+fn freshness_of(
+    shared: &Shared,
+    req: &request::Parts,
+    url: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<Freshness> {
+    Freshness::for_exchange_with(
+        req,
+        status,
+        headers,
+        now,
+        shared.config.cache.heuristic_fraction,
+        shared.caching.refresh(url),
+    )
+}
+
+/// The access rules' answer for a request (see [`crate::access`]), and where the routing rules
+/// let it go ([`crate::routing`]). A request whose target is malformed passes here: it is
+/// refused for that right after.
 async fn admit(
     shared: &Shared,
     client: std::net::IpAddr,
     parts: &request::Parts,
     target: &Result<Target, (StatusCode, &'static str, String)>,
     internal: bool,
-) -> Result<(), Denial> {
-    let resolver = shared.upstream.resolver();
+) -> Result<Directness, Denial> {
     let method = parts.method.as_str();
-    let verdict = if parts.method == Method::CONNECT {
+    if parts.method == Method::CONNECT {
         let Some((authority, port)) = parts.uri.authority().and_then(|a| Some((a, a.port_u16()?)))
         else {
-            return Ok(());
+            return Ok(Directness::Either);
         };
         let host = authority.host().to_ascii_lowercase();
         let subject = Subject {
@@ -198,24 +363,34 @@ async fn admit(
             method,
             forwarded: true,
         };
-        shared.access.check(resolver, client, &subject).await
-    } else {
-        let Ok(target) = target else {
-            return Ok(());
-        };
-        let subject = Subject {
-            host: &target.host,
-            port: target.port,
-            scheme: Some("http"),
-            url: &target.url,
-            method,
-            // Accelerated requests go to the origin the operator configured.
-            forwarded: !internal && parts.uri.scheme().is_some(),
-        };
-        shared.access.check(resolver, client, &subject).await
+        return admit_subject(shared, client, &subject).await;
+    }
+    let Ok(target) = target else {
+        return Ok(Directness::Either);
     };
-    match verdict {
-        Verdict::Allow => Ok(()),
+    let subject = Subject {
+        host: &target.host,
+        port: target.port,
+        scheme: Some("http"),
+        url: &target.url,
+        method,
+        // Accelerated requests go to the origin the operator configured.
+        forwarded: !internal && parts.uri.scheme().is_some(),
+    };
+    admit_subject(shared, client, &subject).await
+}
+
+async fn admit_subject(
+    shared: &Shared,
+    client: std::net::IpAddr,
+    subject: &Subject<'_>,
+) -> Result<Directness, Denial> {
+    let resolver = shared.upstream.resolver();
+    match shared.access.check(resolver, client, subject).await {
+        Verdict::Allow if subject.forwarded => {
+            Ok(shared.routing.directness(resolver, client, subject).await)
+        }
+        Verdict::Allow => Ok(Directness::Either),
         Verdict::Deny(denial) => Err(denial),
     }
 }
@@ -287,6 +462,7 @@ fn target(shared: &Shared, uri: &Uri) -> Result<Target, (StatusCode, &'static st
         port,
         url,
         path,
+        directness: Directness::Either,
     })
 }
 
@@ -320,7 +496,7 @@ pub(crate) fn upstream_request(
     if let Ok(v) = HeaderValue::from_str(&host) {
         h.insert(header::HOST, v);
     }
-    headers::append_via(h, &shared.via);
+    add_via(shared, h);
     out
 }
 
@@ -331,7 +507,14 @@ async fn cached(
     parts: request::Parts,
     target: Target,
 ) -> Response<ProxyBody> {
-    let directives = RequestDirectives::parse(&parts.headers);
+    let mut directives = RequestDirectives::parse(&parts.headers);
+    if shared
+        .caching
+        .refresh(&target.url)
+        .is_some_and(|r| r.ignore_reload)
+    {
+        directives.ignore_reload();
+    }
     let now = SystemTime::now();
     if let Some(found) = shared.cache.find(&target.url, &parts.headers).await {
         match found.object().freshness.usability(&directives, now) {
@@ -352,6 +535,7 @@ async fn cached(
             Usability::StaleWhileRevalidate => {
                 refresh_in_background(
                     shared.clone(),
+                    txn.client(),
                     parts.headers.clone(),
                     target.clone(),
                     found.clone(),
@@ -529,7 +713,7 @@ fn serve_built(
     if !matches!(built.status.as_u16(), 204 | 304) {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
     }
-    headers::append_via(&mut headers, &shared.via);
+    add_via(shared, &mut headers);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
     if let Some(v) = &shared.applet_built_status {
         headers.insert(CACHE_STATUS.clone(), v.clone());
@@ -611,7 +795,7 @@ fn serve_stored(
         }
     }
     headers.insert(header::AGE, HeaderValue::from(object.freshness.age(now)));
-    headers::append_via(&mut headers, &shared.via);
+    add_via(shared, &mut headers);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
     // Built by hand rather than with `format!`: this runs on every hit.
     let mut cache_status = String::with_capacity(shared.config.name.len() + 40);
@@ -654,17 +838,10 @@ async fn fetch(
     let now = SystemTime::now();
     let hierarchical = parts.method == Method::GET
         && !RequestDirectives::parse(&parts.headers).no_cache
-        && !parts.headers.contains_key(header::AUTHORIZATION);
-    match coop::forward(
-        shared,
-        &parts.method,
-        &parts.headers,
-        &target,
-        None,
-        hierarchical,
-    )
-    .await
-    {
+        && !parts.headers.contains_key(header::AUTHORIZATION)
+        && parts.extensions.get::<Bypass>().is_none();
+    let sent = outgoing(shared, &parts.headers, txn.client());
+    match coop::forward(shared, &parts.method, &sent, &target, None, hierarchical).await {
         Ok(fwd) => relay_response(shared, txn, &parts, &target, fwd, guard, code, now),
         Err(e) => upstream_failed(shared, txn, e),
     }
@@ -699,20 +876,16 @@ fn relay_response(
     // A Range request's answer is stored only when it is the whole representation (an origin
     // may ignore Range and send 200): a 206 is a part, which this store does not keep.
     let partial = req.headers.contains_key(header::RANGE) && rparts.status != StatusCode::OK;
+    let bypass = req.extensions.get::<Bypass>().is_some();
     let freshness = if proxy_only
+        || bypass
         || directives.no_store
         || partial
         || !applets::admit(shared, &target.url, &rparts.headers)
     {
         None
     } else {
-        Freshness::for_exchange(
-            req,
-            rparts.status,
-            &rparts.headers,
-            now,
-            shared.config.cache.heuristic_fraction,
-        )
+        freshness_of(shared, req, &target.url, rparts.status, &rparts.headers, now)
     };
     let expected = rparts
         .headers
@@ -720,7 +893,9 @@ fn relay_response(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let fits = expected.is_none_or(|n| n <= shared.config.store.max_object_size);
-    let mut detail = if code == ResultCode::TcpMiss {
+    let mut detail = if bypass {
+        "fwd=bypass"
+    } else if code == ResultCode::TcpMiss {
         "fwd=uri-miss"
     } else {
         "fwd=stale"
@@ -782,7 +957,7 @@ fn relay_response(
         }
     }
     let _ = write!(detail, "; fwd-status={}", rparts.status.as_u16());
-    headers::append_via(&mut rparts.headers, &shared.via);
+    add_via(shared, &mut rparts.headers);
     rparts
         .headers
         .append(X_CACHE.clone(), shared.x_cache_miss.clone());
@@ -819,7 +994,9 @@ async fn revalidate(
     client_headers.remove(header::RANGE);
     client_headers.remove(header::IF_RANGE);
     semantics::add_validators(&mut client_headers, &stored);
-    let result = coop::forward(shared, &Method::GET, &client_headers, &target, None, false).await;
+    let sent = outgoing(shared, &client_headers, txn.client());
+    let result = coop::forward(shared, &Method::GET, &sent, &target, None, false).await;
+    drop(sent);
     let now_after = SystemTime::now();
     if let Ok(fwd) = &result {
         txn.hierarchy = fwd.hier;
@@ -849,12 +1026,13 @@ async fn revalidate(
         {
             let merged = semantics::merge_not_modified(&stored, fwd.response.headers());
             fwd.lease.release();
-            let refreshed = match Freshness::for_exchange(
+            let refreshed = match freshness_of(
+                shared,
                 &parts,
+                &target.url,
                 object.status,
                 &merged,
                 now_after,
-                shared.config.cache.heuristic_fraction,
             ) {
                 Some(f) => {
                     let obj = CachedObject::new(object.status, &merged, object.body.clone(), f);
@@ -910,7 +1088,13 @@ async fn revalidate(
 }
 
 /// stale-while-revalidate: refresh a stored object off the request path.
-fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target, found: Found) {
+fn refresh_in_background(
+    shared: Arc<Shared>,
+    client: std::net::IpAddr,
+    request: HeaderMap,
+    target: Target,
+    found: Found,
+) {
     let Collapse::Leader(guard) = shared.cache.collapse(&target.url) else {
         return;
     };
@@ -928,6 +1112,7 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
             headers.remove(h);
         }
         semantics::add_validators(&mut headers, &stored);
+        headers::forwarded_for(&mut headers, shared.config.http.forwarded_for, client);
         let Ok(fwd) = coop::forward(&shared, &Method::GET, &headers, &target, None, false).await
         else {
             return;
@@ -938,7 +1123,6 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
             .map(|r| r.into_parts().0)
             .unwrap_or_else(|_| Request::new(()).into_parts().0);
         parts.headers = request;
-        let heuristic = shared.config.cache.heuristic_fraction;
         let Forwarded {
             response: resp,
             lease,
@@ -949,7 +1133,8 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
         {
             lease.release();
             let merged = semantics::merge_not_modified(&stored, resp.headers());
-            if let Some(f) = Freshness::for_exchange(&parts, object.status, &merged, now, heuristic)
+            if let Some(f) =
+                freshness_of(&shared, &parts, &target.url, object.status, &merged, now)
             {
                 shared.cache.insert(
                     &target.url,
@@ -962,7 +1147,7 @@ fn refresh_in_background(shared: Arc<Shared>, request: HeaderMap, target: Target
         let (mut rparts, body) = resp.into_parts();
         headers::strip_hop_by_hop(&mut rparts.headers);
         let Some(f) =
-            Freshness::for_exchange(&parts, rparts.status, &rparts.headers, now, heuristic)
+            freshness_of(&shared, &parts, &target.url, rparts.status, &rparts.headers, now)
                 .filter(|_| applets::admit(&shared, &target.url, &rparts.headers))
         else {
             shared.cache.invalidate(&target.url, InvalidateCause::Stale);
@@ -993,16 +1178,10 @@ async fn pass_through(
     violation: &ViolationSlot,
 ) -> Response<ProxyBody> {
     txn.result = ResultCode::TcpMiss;
-    match coop::forward(
-        shared,
-        &parts.method,
-        &parts.headers,
-        &target,
-        Some(body),
-        false,
-    )
-    .await
-    {
+    let sent = outgoing(shared, &parts.headers, txn.client());
+    let forwarded = coop::forward(shared, &parts.method, &sent, &target, Some(body), false).await;
+    drop(sent);
+    match forwarded {
         Ok(fwd) => {
             let status = fwd.response.status();
             let safe = matches!(parts.method, Method::OPTIONS | Method::TRACE);
@@ -1127,15 +1306,7 @@ fn upstream_failed(shared: &Shared, mut txn: Transaction, e: UpstreamError) -> R
         txn.result = ResultCode::TcpMiss;
     }
     let code = txn.result;
-    let token = match e {
-        UpstreamError::Resolve { .. } => "dns-failure",
-        UpstreamError::Connect { .. } => "connect-failed",
-        UpstreamError::ConnectTimeout { .. } | UpstreamError::ReadTimeout { .. } => {
-            "upstream-timeout"
-        }
-        UpstreamError::Protocol { .. } => "upstream-failed",
-    };
-    refuse(shared, txn, e.status(), code, token, &e.to_string())
+    refuse(shared, txn, e.status(), code, e.token(), &e.to_string())
 }
 
 /// An error response made by the proxy: status, a short text body naming the reason, and
@@ -1162,7 +1333,7 @@ pub(crate) fn refuse(
         headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     headers.insert(X_CACHE.clone(), shared.x_cache_miss.clone());
-    headers::append_via(&mut headers, &shared.via);
+    add_via(shared, &mut headers);
     txn.result = code;
     txn.status = status.as_u16();
     txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
@@ -1183,7 +1354,7 @@ fn internal(
 ) -> Response<ProxyBody> {
     let (status, mut headers, body) = crate::summary::serve(shared, which, request);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
-    headers::append_via(&mut headers, &shared.via);
+    add_via(shared, &mut headers);
     txn.result = if status == StatusCode::OK {
         ResultCode::TcpMemHit
     } else {
@@ -1225,6 +1396,7 @@ mod tests {
             port: uri.port_u16().unwrap_or(80),
             url: url.into(),
             path: path.into(),
+            directness: Directness::Either,
         }
     }
 

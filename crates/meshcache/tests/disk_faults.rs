@@ -46,13 +46,23 @@ fn free_port() -> u16 {
 
 /// Writes a config for a node with `memory` of memory and one disk at `cache`.
 fn config(dir: &Path, cache: &Path, memory: &str) -> (PathBuf, SocketAddr, SocketAddr) {
+    config_sized(dir, cache, memory, "64 MiB")
+}
+
+/// [`config`] with a disk of `disk` bytes.
+fn config_sized(
+    dir: &Path,
+    cache: &Path,
+    memory: &str,
+    disk: &str,
+) -> (PathBuf, SocketAddr, SocketAddr) {
     let proxy: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
     let path = dir.join(format!("meshcache-{}.toml", proxy.port()));
     let text = format!(
         "[http]\nlisten = [\"{proxy}\"]\n[admin]\nlisten = \"{admin}\"\n[log]\naccess = \"off\"\n\
          [store]\nmemory = \"{memory}\"\nmax_object_size = \"8 MiB\"\n\
-         [[store.disk]]\npath = \"{}\"\nsize = \"64 MiB\"\nsync_interval = \"{}ms\"\n",
+         [[store.disk]]\npath = \"{}\"\nsize = \"{disk}\"\nsync_interval = \"{}ms\"\n",
         cache.display(),
         SYNC_INTERVAL.as_millis()
     );
@@ -212,8 +222,11 @@ async fn a_node_killed_during_writes_never_serves_a_damaged_object() {
         .unwrap_or(3);
     let mut kept = (0usize, 0usize);
     let mut checked = 0usize;
+    // Room for every round's objects (a round stores at most about 40 MiB), so an object that
+    // is gone was lost to a kill, not replaced.
+    let disk = format!("{} MiB", 64 + 48 * rounds);
     for round in 0..=rounds {
-        let node = run(config(dir.path(), &cache, "1 MiB"), &[]).await;
+        let node = run(config_sized(dir.path(), &cache, "1 MiB", &disk), &[]).await;
         // Everything stored before: right bytes or a miss; old enough: a hit.
         let killed_at = Instant::now();
         for (object, received) in &stored {

@@ -731,9 +731,9 @@ async fn a_stopped_then_killed_squid_parent_costs_no_request() {
     // also counts only parents that are up, so both codes are right for it.
     for (i, h) in hiers.iter().enumerate() {
         let ok = if i < 10 {
-            *h == format!("FIRST_UP_PARENT/{s_ip}")
+            *h == format!("FIRSTUP_PARENT/{s_ip}")
         } else {
-            *h == format!("FIRST_UP_PARENT/{n_ip}") || *h == format!("SINGLE_PARENT/{n_ip}")
+            *h == format!("FIRSTUP_PARENT/{n_ip}") || *h == format!("SINGLE_PARENT/{n_ip}")
         };
         assert!(ok, "request {i}: {hiers:?}");
     }

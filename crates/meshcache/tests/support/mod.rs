@@ -104,6 +104,8 @@ pub struct Squid {
     child: Option<Child>,
     pid: u32,
     digests: bool,
+    /// `http_access` lines (and their `acl`s) in place of "loopback clients only".
+    http_access: Option<String>,
 }
 
 impl Squid {
@@ -128,7 +130,15 @@ impl Squid {
             child: None,
             pid: 0,
             digests: false,
+            http_access: None,
         }
+    }
+
+    /// Uses these `acl` and `http_access` lines instead of "every loopback client, nobody
+    /// else" (`localnet` is 127.0.0.0/8; the lines may redefine other acls).
+    pub fn with_http_access(mut self, lines: &str) -> Squid {
+        self.http_access = Some(lines.to_owned());
+        self
     }
 
     /// The temporary directory (logs, config).
@@ -182,8 +192,7 @@ minimum_direct_hops 0
 icp_query_timeout 2000
 digest_generation off
 acl localnet src 127.0.0.0/8
-http_access allow localnet
-http_access deny all
+{http_access}
 icp_access allow localnet
 icp_access deny all
 miss_access allow localnet
@@ -193,6 +202,10 @@ debug_options ALL,1 12,3 15,3
 ",
             // Squid's own digest fetches have no client address: `deny all` would refuse them
             // with a local 403 (and Squid then waits 5 minutes before trying again).
+            http_access = self
+                .http_access
+                .as_deref()
+                .unwrap_or("http_access allow localnet\nhttp_access deny all"),
             miss_rest = if self.digests {
                 "miss_access allow all"
             } else {

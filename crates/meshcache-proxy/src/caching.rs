@@ -1,0 +1,162 @@
+//! Caching policy: what the operator decides beyond what origins say.
+//!
+//! - **Refresh patterns** (`[[cache.refresh]]`, Squid's `refresh_pattern`): the first whose
+//!   `url_regex` matches a URL gives the freshness of its responses that carry none (min,
+//!   percent of the age since `Last-Modified`, max), and the options that overrule RFC 9111
+//!   (`override_expire`, `override_lastmod`, `ignore_reload`). All of the patterns' expressions
+//!   are one `RegexSet`: one pass over the URL, the lowest matching index wins. The arithmetic
+//!   is pure, in [`crate::semantics::Refresh`].
+//! - **Cache rules** (`[[cache.rules]]`, Squid's `cache allow|deny`): a request the first
+//!   matching rule denies is neither answered from the store nor stored. Decided by
+//!   [`crate::decide`], with the access rules' matchers.
+//! - **PURGE**: allowed only when the `[[access]]` rule that allows the request names the
+//!   method `PURGE` in as many words (Squid enables PURGE only when an ACL names the method).
+
+use std::net::IpAddr;
+
+use meshcache_policy::time::LocalClock;
+use meshcache_policy::{Action, RuleConfig, Rules};
+use regex::RegexSet;
+
+use crate::config::{Config, ConfigError};
+use crate::decide::{decide, Decided, Facts, Subject};
+use crate::resolve::Resolver;
+use crate::semantics::Refresh;
+
+/// A node's caching policy, compiled.
+pub(crate) struct Caching {
+    /// Every refresh pattern's expression, pattern `i` the set's `i`th.
+    patterns: Option<RegexSet>,
+    /// Every refresh pattern's numbers, in the same order.
+    refresh: Vec<Refresh>,
+    /// `[[cache.rules]]`.
+    rules: Rules,
+    clock: LocalClock,
+}
+
+impl Caching {
+    /// Compiles the refresh patterns and the cache rules (reading the named lists).
+    pub(crate) fn new(config: &Config) -> Result<Self, ConfigError> {
+        let secs = |d: std::time::Duration| d.as_secs();
+        Ok(Self {
+            patterns: config.refresh_patterns()?,
+            refresh: config
+                .cache
+                .refresh
+                .iter()
+                .map(|p| Refresh {
+                    min: secs(p.min),
+                    percent: p.percent,
+                    max: secs(p.max),
+                    override_expire: p.override_expire,
+                    override_lastmod: p.override_lastmod,
+                    ignore_reload: p.ignore_reload,
+                })
+                .collect(),
+            rules: config.cache_rules()?,
+            clock: LocalClock::default(),
+        })
+    }
+
+    /// The refresh pattern for `url`: the first that matches, if any.
+    pub(crate) fn refresh(&self, url: &str) -> Option<&Refresh> {
+        let first = self.patterns.as_ref()?.matches(url).iter().next()?;
+        self.refresh.get(first)
+    }
+
+    /// Whether there are cache rules at all (without them every request may use the cache).
+    pub(crate) fn has_rules(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
+    /// Whether the cache rules let this request use the cache: the first matching rule
+    /// decides, a request none matches does. A rule the node cannot decide (it names a user the
+    /// request does not prove) keeps the request out of the cache: that is never wrong.
+    pub(crate) async fn caches(
+        &self,
+        resolver: &Resolver,
+        client: IpAddr,
+        subject: &Subject<'_>,
+    ) -> bool {
+        let mut facts = Facts::default();
+        let decided = decide(
+            &self.rules,
+            resolver,
+            &self.clock,
+            client,
+            subject,
+            &mut facts,
+        )
+        .await;
+        matches!(decided, Decided::Rule(_, Action::Allow) | Decided::NoMatch)
+    }
+
+    /// Whether a PURGE is allowed: the `[[access]]` rule that decides it (`access`, compiled
+    /// from `configs`) allows it and names `PURGE` in its `method` list. With no access rule,
+    /// nothing allows it.
+    pub(crate) async fn purge_allowed(
+        &self,
+        access: &Rules,
+        configs: &[RuleConfig],
+        resolver: &Resolver,
+        client: IpAddr,
+        subject: &Subject<'_>,
+    ) -> bool {
+        let mut facts = Facts::default();
+        match decide(access, resolver, &self.clock, client, subject, &mut facts).await {
+            Decided::Rule(rule, Action::Allow) => configs.get(rule).is_some_and(names_purge),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a rule names the method `PURGE` as a plain item (not `!PURGE`, not through a list).
+fn names_purge(rule: &RuleConfig) -> bool {
+    rule.method.iter().any(|m| m == "PURGE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RefreshConfig;
+
+    #[test]
+    fn first_matching_pattern_wins() {
+        let mut config = Config::default();
+        config.cache.refresh = vec![
+            RefreshConfig {
+                min: std::time::Duration::from_secs(60),
+                ..RefreshConfig::new(r"(?i)\.deb$")
+            },
+            RefreshConfig {
+                percent: 50,
+                ..RefreshConfig::new(r"\.deb$")
+            },
+            RefreshConfig::new("."),
+        ];
+        let caching = Caching::new(&config).expect("compiles");
+        let deb = caching.refresh("http://a.test/x.DEB").expect("matches");
+        assert_eq!((deb.min, deb.percent), (60, 20));
+        let other = caching.refresh("http://a.test/x.html").expect("matches");
+        assert_eq!((other.min, other.max), (0, 3 * 24 * 3600));
+        config.cache.refresh.pop();
+        let caching = Caching::new(&config).expect("compiles");
+        assert!(caching.refresh("http://a.test/x.html").is_none());
+        assert!(Caching::new(&Config::default())
+            .expect("default")
+            .refresh("http://a.test/")
+            .is_none());
+    }
+
+    #[test]
+    fn purge_needs_the_method_named() {
+        let rule = |methods: &[&str]| RuleConfig {
+            method: methods.iter().map(|m| (*m).to_owned()).collect(),
+            ..RuleConfig::new(Action::Allow)
+        };
+        assert!(names_purge(&rule(&["GET", "PURGE"])));
+        assert!(!names_purge(&rule(&[])));
+        assert!(!names_purge(&rule(&["!GET"])));
+        assert!(!names_purge(&rule(&["purge"])));
+    }
+}
