@@ -143,7 +143,8 @@ pub(crate) struct Files {
     pub(crate) slab_len: u64,
     /// The slab's identity, to notice the directory being removed or replaced.
     pub(crate) slab_id: (u64, u64),
-    pub(crate) _lock: DirLock,
+    /// The directory's lock, held until the disk is closed (or dropped).
+    pub(crate) lock: Option<DirLock>,
 }
 
 /// Counters of a disk, for `/stats` and `/metrics`.
@@ -259,7 +260,7 @@ impl Shared {
                 slab: Arc::new(slab),
                 slab_len: len,
                 slab_id,
-                _lock: lock,
+                lock: Some(lock),
             },
             run,
         ))
@@ -490,7 +491,9 @@ impl Disk {
     }
 
     /// Stops the threads after the queued jobs are done and a last sync (at most `timeout`
-    /// for the jobs).
+    /// for the jobs), and lets go of the directory's lock: a node started next on the same
+    /// directory, in this process too, may take it at once, even while something still holds
+    /// this `Disk` (a request finishing, a response body being read).
     pub fn close(&self, timeout: Duration) {
         let _ = self.flush(timeout);
         self.shared.stop.store(true, Relaxed);
@@ -498,6 +501,7 @@ impl Disk {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
+        self.shared.files.write().lock = None;
     }
 }
 

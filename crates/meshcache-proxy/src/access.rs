@@ -12,16 +12,18 @@
 //! `dst`. Accelerated requests (to `http.accelerate`, an origin the operator named) and the
 //! node's own digest and summary URLs are not forwarded anywhere and are not checked for it.
 //!
-//! The rules are decided by [`crate::decide`], which learns the facts they ask for.
+//! The rules are decided by [`crate::decide`], which learns the facts they ask for: a rule that
+//! names `user` or `group` checks the request's `Proxy-Authorization` ([`meshcache_auth`]); without
+//! valid credentials the client is asked for them (407 with `Proxy-Authenticate`).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use meshcache_policy::time::LocalClock;
-use meshcache_policy::{Action, Rules};
+use meshcache_policy::{Action, RuleConfig, Rules};
 
 use crate::config::{Config, ConfigError};
-use crate::decide::{decide, Decided, Facts, Subject};
+use crate::decide::{decide, Decided, Facts, Requester, Subject};
 use crate::resolve::Resolver;
 
 /// The answer for one request.
@@ -44,8 +46,8 @@ pub(crate) enum Denial {
     ConnectPort(u16),
     /// A client off this host asked for a destination on it.
     ToLocalhost(IpAddr),
-    /// A rule needs what this node cannot learn (a user without authentication).
-    Unresolvable(usize),
+    /// Rule `n` (from 1) names users, and the request has no valid credentials: 407.
+    AuthRequired(usize),
 }
 
 impl Denial {
@@ -54,7 +56,16 @@ impl Denial {
         match self {
             Denial::ConnectPort(_) => "connect-port",
             Denial::ToLocalhost(_) => "to-localhost",
+            Denial::AuthRequired(_) => "auth-required",
             _ => "access-denied",
+        }
+    }
+
+    /// The status: 407 when credentials would help, 403 otherwise.
+    pub(crate) fn status(&self) -> http::StatusCode {
+        match self {
+            Denial::AuthRequired(_) => http::StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            _ => http::StatusCode::FORBIDDEN,
         }
     }
 
@@ -69,8 +80,8 @@ impl Denial {
             Denial::ToLocalhost(ip) => format!(
                 "access denied: {ip} is this proxy's own host, which clients elsewhere may not reach through it"
             ),
-            Denial::Unresolvable(n) => {
-                format!("access denied: access rule {n} needs a fact this node cannot learn")
+            Denial::AuthRequired(n) => {
+                format!("access rule {n} needs you to log in: send valid proxy credentials")
             }
         }
     }
@@ -83,6 +94,8 @@ pub(crate) struct Access {
     connect_ports: Vec<u16>,
     /// This node's addresses: every interface's and every listener's.
     own: Vec<IpAddr>,
+    /// For each rule, whether it names the method `PURGE` as a plain item.
+    names_purge: Vec<bool>,
     clock: LocalClock,
 }
 
@@ -104,56 +117,54 @@ impl Access {
             rules,
             connect_ports: config.http.connect_ports.clone(),
             own,
+            names_purge: config.access.iter().map(names_purge).collect(),
             clock: LocalClock::default(),
         })
     }
 
-    /// The compiled `[[access]]` rules (a PURGE asks which one allowed it).
-    pub(crate) fn rules(&self) -> &Rules {
-        &self.rules
+    /// Whether the rule that allowed a request (`facts.allowed_by`) allows PURGE: it names the
+    /// method `PURGE` in as many words (Squid enables PURGE only when an ACL names the method).
+    /// With no access rule, nothing allows it.
+    pub(crate) fn allows_purge(&self, facts: &Facts) -> bool {
+        facts
+            .allowed_by
+            .is_some_and(|rule| self.names_purge.get(rule).copied().unwrap_or(false))
     }
 
-    /// Decides one request from `client`.
+    /// Decides one request from `who`, keeping what it learnt in `facts` (for the routing
+    /// rules, and the user for the log).
     pub(crate) async fn check(
         &self,
         resolver: &Resolver,
-        client: IpAddr,
+        who: Requester<'_>,
         subject: &Subject<'_>,
+        facts: &mut Facts,
     ) -> Verdict {
         if subject.scheme.is_none() && !self.connect_ports.contains(&subject.port) {
             return Verdict::Deny(Denial::ConnectPort(subject.port));
         }
-        let local_client = on_this_host(client);
+        let local_client = on_this_host(who.addr);
         if self.rules.is_empty() {
             if local_client || !subject.forwarded {
                 return Verdict::Allow;
             }
             return self.off_host(resolver, subject.host, None).await;
         }
-        let mut facts = Facts::default();
-        let decided = decide(
-            &self.rules,
-            resolver,
-            &self.clock,
-            client,
-            subject,
-            &mut facts,
-        )
-        .await;
+        let decided = decide(&self.rules, resolver, &self.clock, who, subject, facts).await;
         match decided {
             Decided::Rule(rule, Action::Deny) => Verdict::Deny(Denial::Rule(rule + 1)),
             Decided::Rule(rule, Action::Allow) => {
+                facts.allowed_by = Some(rule);
                 let names_dst = self.rules.rule(rule).is_some_and(|r| r.names_dst());
                 if local_client || names_dst || !subject.forwarded {
                     Verdict::Allow
                 } else {
-                    self.off_host(resolver, subject.host, facts.addrs).await
+                    self.off_host(resolver, subject.host, facts.addrs.clone())
+                        .await
                 }
             }
             Decided::NoMatch => Verdict::Deny(Denial::NoRule),
-            Decided::Challenge(rule) | Decided::Unresolvable(rule) => {
-                Verdict::Deny(Denial::Unresolvable(rule + 1))
-            }
+            Decided::Challenge(rule) => Verdict::Deny(Denial::AuthRequired(rule + 1)),
         }
     }
 
@@ -187,5 +198,27 @@ fn on_this_host(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => a.is_loopback(),
         IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+    }
+}
+
+/// Whether a rule names the method `PURGE` as a plain item (not `!PURGE`, not through a list).
+fn names_purge(rule: &RuleConfig) -> bool {
+    rule.method.iter().any(|m| m == "PURGE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn purge_needs_the_method_named() {
+        let rule = |methods: &[&str]| RuleConfig {
+            method: methods.iter().map(|m| (*m).to_owned()).collect(),
+            ..RuleConfig::new(Action::Allow)
+        };
+        assert!(names_purge(&rule(&["GET", "PURGE"])));
+        assert!(!names_purge(&rule(&[])));
+        assert!(!names_purge(&rule(&["!GET"])));
+        assert!(!names_purge(&rule(&["purge"])));
     }
 }

@@ -55,6 +55,8 @@ pub struct AccessRecord<'a> {
     pub peer: Option<&'a str>,
     /// Response content type, if any.
     pub content_type: Option<&'a str>,
+    /// The authenticated user (or the user name of rejected credentials), if any.
+    pub user: Option<&'a str>,
 }
 
 impl AccessRecord<'_> {
@@ -98,7 +100,9 @@ impl AccessRecord<'_> {
                 self.url
             },
         );
-        out.push_str(" - ");
+        out.push(' ');
+        push_field(out, self.user.unwrap_or("-"));
+        out.push(' ');
         if self.timed_out {
             out.push_str("TIMEOUT_");
         }
@@ -247,6 +251,7 @@ mod tests {
             aborted: false,
             peer: None,
             content_type: None,
+            user: None,
         }
     }
 
@@ -300,6 +305,7 @@ mod tests {
             aborted: false,
             peer: Some("127.0.0.1"),
             content_type: Some("text/html; charset=utf-8"),
+            user: None,
         }
         .write_line(&mut line);
         assert_eq!(
@@ -325,6 +331,7 @@ mod tests {
             aborted: false,
             peer: None,
             content_type: None,
+            user: None,
         }
         .write_line(&mut line);
         assert_eq!(

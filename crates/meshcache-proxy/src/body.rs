@@ -52,6 +52,8 @@ pub struct Transaction {
     pub content_type: Option<HeaderValue>,
     /// Size of the response head, estimated from its fields.
     pub head_bytes: u64,
+    /// The user the request's credentials named, for the log.
+    pub user: Option<Arc<str>>,
     finished: bool,
 }
 
@@ -77,6 +79,7 @@ impl Transaction {
             peer: None,
             content_type: None,
             head_bytes: 0,
+            user: None,
             finished: false,
         }
     }
@@ -84,6 +87,11 @@ impl Transaction {
     /// The URL as logged.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The request's method.
+    pub fn method(&self) -> &Method {
+        &self.method
     }
 
     /// Logs and counts the transaction; later calls do nothing.
@@ -118,6 +126,7 @@ impl Transaction {
                 aborted,
                 peer: self.peer.as_deref(),
                 content_type: self.content_type.as_ref().and_then(|v| v.to_str().ok()),
+                user: self.user.as_deref(),
             });
         }
     }

@@ -9,17 +9,14 @@
 //! - **Cache rules** (`[[cache.rules]]`, Squid's `cache allow|deny`): a request the first
 //!   matching rule denies is neither answered from the store nor stored. Decided by
 //!   [`crate::decide`], with the access rules' matchers.
-//! - **PURGE**: allowed only when the `[[access]]` rule that allows the request names the
-//!   method `PURGE` in as many words (Squid enables PURGE only when an ACL names the method).
-
-use std::net::IpAddr;
+//! - **PURGE** is allowed by the access rules ([`crate::access::Access::allows_purge`]).
 
 use meshcache_policy::time::LocalClock;
-use meshcache_policy::{Action, RuleConfig, Rules};
+use meshcache_policy::{Action, Rules};
 use regex::RegexSet;
 
 use crate::config::{Config, ConfigError};
-use crate::decide::{decide, Decided, Facts, Subject};
+use crate::decide::{decide, Decided, Facts, Requester, Subject};
 use crate::resolve::Resolver;
 use crate::semantics::Refresh;
 
@@ -64,55 +61,22 @@ impl Caching {
         self.refresh.get(first)
     }
 
-    /// Whether there are cache rules at all (without them every request may use the cache).
-    pub(crate) fn has_rules(&self) -> bool {
-        !self.rules.is_empty()
-    }
-
     /// Whether the cache rules let this request use the cache: the first matching rule
-    /// decides, a request none matches does. A rule the node cannot decide (it names a user the
-    /// request does not prove) keeps the request out of the cache: that is never wrong.
+    /// decides, a request none matches does. A rule that names users, for a request without
+    /// valid credentials, keeps it out of the cache: that is never wrong.
     pub(crate) async fn caches(
         &self,
         resolver: &Resolver,
-        client: IpAddr,
+        who: Requester<'_>,
         subject: &Subject<'_>,
+        facts: &mut Facts,
     ) -> bool {
-        let mut facts = Facts::default();
-        let decided = decide(
-            &self.rules,
-            resolver,
-            &self.clock,
-            client,
-            subject,
-            &mut facts,
-        )
-        .await;
+        if self.rules.is_empty() {
+            return true;
+        }
+        let decided = decide(&self.rules, resolver, &self.clock, who, subject, facts).await;
         matches!(decided, Decided::Rule(_, Action::Allow) | Decided::NoMatch)
     }
-
-    /// Whether a PURGE is allowed: the `[[access]]` rule that decides it (`access`, compiled
-    /// from `configs`) allows it and names `PURGE` in its `method` list. With no access rule,
-    /// nothing allows it.
-    pub(crate) async fn purge_allowed(
-        &self,
-        access: &Rules,
-        configs: &[RuleConfig],
-        resolver: &Resolver,
-        client: IpAddr,
-        subject: &Subject<'_>,
-    ) -> bool {
-        let mut facts = Facts::default();
-        match decide(access, resolver, &self.clock, client, subject, &mut facts).await {
-            Decided::Rule(rule, Action::Allow) => configs.get(rule).is_some_and(names_purge),
-            _ => false,
-        }
-    }
-}
-
-/// Whether a rule names the method `PURGE` as a plain item (not `!PURGE`, not through a list).
-fn names_purge(rule: &RuleConfig) -> bool {
-    rule.method.iter().any(|m| m == "PURGE")
 }
 
 #[cfg(test)]
@@ -146,17 +110,5 @@ mod tests {
             .expect("default")
             .refresh("http://a.test/")
             .is_none());
-    }
-
-    #[test]
-    fn purge_needs_the_method_named() {
-        let rule = |methods: &[&str]| RuleConfig {
-            method: methods.iter().map(|m| (*m).to_owned()).collect(),
-            ..RuleConfig::new(Action::Allow)
-        };
-        assert!(names_purge(&rule(&["GET", "PURGE"])));
-        assert!(!names_purge(&rule(&[])));
-        assert!(!names_purge(&rule(&["!GET"])));
-        assert!(!names_purge(&rule(&["purge"])));
     }
 }

@@ -41,6 +41,12 @@ pub struct Config {
     pub dns: DnsConfig,
     /// Active Cache: applets run on cache hits.
     pub applets: meshcache_applet::AppletConfig,
+    /// The pages of the responses the proxy makes up (403, 502, 503 …).
+    pub errors: ErrorsConfig,
+    /// Proxy authentication (`[auth]`): an htpasswd file or Squid's helpers; rules that name
+    /// `user` or `group` need it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<meshcache_auth::AuthConfig>,
     /// Neighbour caches (`[[peer]]` tables).
     #[serde(rename = "peer")]
     pub peers: Vec<PeerConfig>,
@@ -76,6 +82,8 @@ impl Default for Config {
             cooperation: CooperationConfig::default(),
             dns: DnsConfig::default(),
             applets: meshcache_applet::AppletConfig::default(),
+            errors: ErrorsConfig::default(),
+            auth: None,
             peers: Vec::new(),
             access: Vec::new(),
             lists: std::collections::BTreeMap::new(),
@@ -605,6 +613,27 @@ impl Default for CooperationConfig {
     }
 }
 
+/// Error pages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ErrorsConfig {
+    /// A directory of HTML templates named as Squid names its pages (`ERR_ACCESS_DENIED` …),
+    /// with Squid's `%` codes; Squid's own (`/usr/share/squid/errors/templates`) work. Unset:
+    /// the built-in plain-text pages.
+    pub directory: Option<PathBuf>,
+    /// The administrator's address, in pages (`%w`; Squid's `cache_mgr`).
+    pub admin: String,
+}
+
+impl Default for ErrorsConfig {
+    fn default() -> Self {
+        Self {
+            directory: None,
+            admin: "webmaster".into(),
+        }
+    }
+}
+
 /// Name resolution.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -665,6 +694,19 @@ pub struct PeerConfig {
     /// Only requests for these domains go to it (".example.org" includes subdomains).
     #[serde(default)]
     pub domains: Vec<String>,
+    /// The client's proxy credentials: `"pass"` forwards its `Proxy-Authorization` to this
+    /// peer (Squid's `login=PASS`, for a parent that authenticates the same users); unset,
+    /// they stop here, as they do for the origin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<PeerLogin>,
+}
+
+/// What a peer is told of the client's proxy credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerLogin {
+    /// Forward the client's `Proxy-Authorization`.
+    Pass,
 }
 
 fn one() -> u32 {
@@ -691,6 +733,7 @@ impl PeerConfig {
             proxy_only: false,
             weight: 1,
             domains: Vec::new(),
+            login: None,
         }
     }
 }
@@ -745,6 +788,22 @@ impl Config {
         }
         self.access_rules()?;
         self.routing_rules()?;
+        if let Some(auth) = &self.auth {
+            if let Err(e) = auth.validate() {
+                return Err(ConfigError::Invalid {
+                    key: "auth",
+                    reason: e.to_string(),
+                });
+            }
+        }
+        if let Some(dir) = &self.errors.directory {
+            if let Err(e) = std::fs::read_dir(dir) {
+                return Err(ConfigError::Invalid {
+                    key: "errors.directory",
+                    reason: format!("{}: {e}", dir.display()),
+                });
+            }
+        }
         self.cache_rules()?;
         self.refresh_patterns()?;
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
@@ -989,13 +1048,29 @@ impl Config {
                 reason: e.to_string(),
             }
         })?;
-        if let Some(i) = (0..rules.len()).find(|&i| rules.rule(i).is_some_and(|r| r.names_user())) {
+        let needs = |i: &usize, group: bool| {
+            rules.rule(*i).is_some_and(|r| {
+                if group {
+                    r.names_group()
+                } else {
+                    r.names_user()
+                }
+            })
+        };
+        let group_helper = self.auth.as_ref().is_some_and(|a| a.group_helper.is_some());
+        if let Some(i) = (0..rules.len()).find(|i| needs(i, false) && self.auth.is_none()) {
             return Err(ConfigError::Invalid {
                 key,
                 reason: format!(
-                    "rule {}: user and group need proxy authentication, which this version does not have yet",
+                    "rule {}: user and group need proxy authentication: configure [auth]",
                     i + 1
                 ),
+            });
+        }
+        if let Some(i) = (0..rules.len()).find(|i| needs(i, true) && !group_helper) {
+            return Err(ConfigError::Invalid {
+                key,
+                reason: format!("rule {}: group needs auth.group_helper", i + 1),
             });
         }
         Ok(rules)
@@ -1300,6 +1375,62 @@ mod tests {
             .expect_err("must be refused")
             .to_string();
         assert!(err.contains("sometimes"), "{err}");
+    }
+
+    #[test]
+    fn caching_policy_parses_and_is_checked() {
+        let c = Config::from_toml(
+            "[http]\nvia = false\nforwarded_for = \"truncate\"\n\n[[cache.refresh]]\nurl_regex = '(?i)\\.deb$'\nmin = \"1d\"\npercent = 20\nmax = \"30d\"\noverride_expire = true\n\n[[cache.refresh]]\nurl_regex = '.'\n\n[[cache.rules]]\naction = \"deny\"\ndomain = [\".intranet.example\"]\n",
+        )
+        .expect("parses");
+        assert!(!c.http.via);
+        assert_eq!(c.http.forwarded_for, ForwardedFor::Truncate);
+        let deb = &c.cache.refresh[0];
+        assert_eq!(
+            (
+                deb.min,
+                deb.percent,
+                deb.max,
+                deb.override_expire,
+                deb.ignore_reload
+            ),
+            (
+                Duration::from_secs(86_400),
+                20,
+                Duration::from_secs(30 * 86_400),
+                true,
+                false
+            )
+        );
+        assert_eq!(c.cache.refresh[1], RefreshConfig::new("."));
+        assert_eq!(c.cache.rules.len(), 1);
+        for (toml, want) in [
+            (
+                "[[cache.refresh]]\nurl_regex = 'a'\n[[cache.refresh]]\nurl_regex = '(unclosed'\n",
+                "cache.refresh: rule 2, url_regex",
+            ),
+            (
+                "[[cache.refresh]]\nurl_regex = 'a'\nmin = \"2d\"\nmax = \"1d\"\n",
+                "cache.refresh: rule 1, min",
+            ),
+            ("[[cache.refresh]]\nmin = \"1d\"\n", "url_regex"),
+            (
+                "[[cache.refresh]]\nurl_regex = 'a'\nreload_into_ims = true\n",
+                "reload_into_ims",
+            ),
+            (
+                "[[cache.refresh]]\nurl_regex = 'a'\npercent = \"20%\"\n",
+                "percent",
+            ),
+            (
+                "[[cache.rules]]\naction = \"deny\"\nport = [\"44x\"]\n",
+                "cache.rules: rule 1",
+            ),
+            ("[http]\nforwarded_for = \"sometimes\"\n", "sometimes"),
+        ] {
+            let err = Config::from_toml(toml).expect_err(toml).to_string();
+            assert!(err.contains(want), "{toml}: {err}");
+        }
     }
 
     #[test]

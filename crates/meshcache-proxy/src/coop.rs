@@ -631,6 +631,7 @@ pub(crate) async fn forward(
                 }
                 let req = peer_request(
                     shared,
+                    peer,
                     method,
                     headers,
                     target,
@@ -722,6 +723,7 @@ pub(crate) async fn forward(
 /// A request to a peer: absolute-form, our Via, and `only-if-cached` for a sibling.
 fn peer_request(
     shared: &Shared,
+    peer: PeerId,
     method: &Method,
     headers: &HeaderMap,
     target: &Target,
@@ -737,7 +739,24 @@ fn peer_request(
             HeaderValue::from_static("only-if-cached"),
         );
     }
+    if let Some(credentials) = passed_credentials(shared, peer, headers) {
+        req.headers_mut()
+            .insert(header::PROXY_AUTHORIZATION, credentials.clone());
+    }
     req
+}
+
+/// The client's `Proxy-Authorization`, when `peer` is configured with `login = "pass"`.
+pub(crate) fn passed_credentials<'h>(
+    shared: &Shared,
+    peer: PeerId,
+    headers: &'h HeaderMap,
+) -> Option<&'h HeaderValue> {
+    let login = shared.config.peers.get(peer.0).and_then(|p| p.login);
+    match login {
+        Some(crate::config::PeerLogin::Pass) => headers.get(header::PROXY_AUTHORIZATION),
+        None => None,
+    }
 }
 
 /// Whether `ip` may query us without being a peer.

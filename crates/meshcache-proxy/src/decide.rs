@@ -4,12 +4,14 @@
 //! Every rule list of a node — access, routing, caching — is decided here. A fact that costs a
 //! lookup is learnt only when a rule asks for it ([`meshcache_policy::Need`]), once per request
 //! (the [`Facts`] keep it for the next list): the destination's addresses through the resolver
-//! the origin connection uses.
+//! the origin connection uses, the user by checking the request's credentials
+//! ([`meshcache_auth`], remembered there), a group membership by asking the group helper.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use meshcache_auth::{Authenticator, Verdict};
 use meshcache_policy::time::LocalClock;
 use meshcache_policy::{Action, Decision, Fact, Need, Request, Rules};
 
@@ -33,11 +35,30 @@ pub(crate) struct Subject<'a> {
     pub forwarded: bool,
 }
 
+/// Who sent a request, as far as the rules may ask.
+#[derive(Clone, Copy)]
+pub(crate) struct Requester<'a> {
+    /// The client's address.
+    pub addr: IpAddr,
+    /// The `Proxy-Authorization` value, if the request has one.
+    pub credentials: Option<&'a [u8]>,
+    /// The node's authenticator, when `[auth]` is configured.
+    pub auth: Option<&'a Authenticator>,
+}
+
 /// What has been learnt of one request so far, kept from one rule list to the next.
 #[derive(Debug, Default)]
 pub(crate) struct Facts {
     /// The destination's addresses, once resolved (empty: the name does not resolve).
     pub addrs: Option<Arc<[IpAddr]>>,
+    /// The user, once the credentials were checked (`Some(None)`: no valid credentials).
+    pub user: Option<Option<Arc<str>>>,
+    /// The user name the credentials gave, valid or not: what the access log shows.
+    pub named: Option<Arc<str>>,
+    /// Group memberships of the user asked so far.
+    pub groups: Vec<(Arc<str>, bool)>,
+    /// The `[[access]]` rule (from 0) that allowed the request, if one did.
+    pub allowed_by: Option<usize>,
 }
 
 /// How a rule list ended for a request.
@@ -49,16 +70,14 @@ pub(crate) enum Decided {
     NoMatch,
     /// Rule `n` names users and the request has no valid credentials.
     Challenge(usize),
-    /// Rule `n` needs a fact this node cannot learn.
-    Unresolvable(usize),
 }
 
-/// Decides `rules` for a request from `client`, learning what they ask for into `facts`.
+/// Decides `rules` for a request from `who`, learning what they ask for into `facts`.
 pub(crate) async fn decide(
     rules: &Rules,
     resolver: &Resolver,
     clock: &LocalClock,
-    client: IpAddr,
+    who: Requester<'_>,
     subject: &Subject<'_>,
     facts: &mut Facts,
 ) -> Decided {
@@ -73,35 +92,84 @@ pub(crate) async fn decide(
         .map_or(0, |d| d.as_secs());
     let mut from = 0;
     loop {
-        let addrs = facts.addrs.clone();
-        let req = Request {
-            src: client,
-            dst: match addrs.as_deref() {
-                None => Fact::Unknown,
-                Some([]) => Fact::Absent,
-                Some(a) => Fact::Known(a),
-            },
-            host: subject.host,
-            port: subject.port,
-            method: subject.method,
-            scheme: subject.scheme,
-            url: subject.url,
-            user: Fact::Absent,
-            groups: &[],
-            now: clock.moment(now),
+        let decision = {
+            let groups: Vec<(&str, bool)> = facts.groups.iter().map(|(g, m)| (&**g, *m)).collect();
+            let req = Request {
+                src: who.addr,
+                dst: match facts.addrs.as_deref() {
+                    None => Fact::Unknown,
+                    Some([]) => Fact::Absent,
+                    Some(a) => Fact::Known(a),
+                },
+                host: subject.host,
+                port: subject.port,
+                method: subject.method,
+                scheme: subject.scheme,
+                url: subject.url,
+                user: match &facts.user {
+                    None => Fact::Unknown,
+                    Some(None) => Fact::Absent,
+                    Some(Some(user)) => Fact::Known(&**user),
+                },
+                groups: &groups,
+                now: clock.moment(now),
+            };
+            rules.decide(&req, from)
         };
-        match rules.decide(&req, from) {
+        match decision {
             Decision::Matched { rule, action } => return Decided::Rule(rule, action),
             Decision::NoMatch => return Decided::NoMatch,
-            Decision::Need {
-                rule,
-                need: Need::Dst,
-            } if addrs.is_none() => {
-                facts.addrs = Some(resolver.lookup(subject.host).await.unwrap_or_default());
-                from = rule;
-            }
-            Decision::Need { rule, .. } => return Decided::Unresolvable(rule),
             Decision::Challenge { rule } => return Decided::Challenge(rule),
+            Decision::Need { rule, need } => {
+                from = rule;
+                learn(need, who, subject, resolver, facts).await;
+            }
+        }
+    }
+}
+
+/// Learns what a rule needs.
+async fn learn(
+    need: Need<'_>,
+    who: Requester<'_>,
+    subject: &Subject<'_>,
+    resolver: &Resolver,
+    facts: &mut Facts,
+) {
+    match need {
+        Need::Dst => {
+            facts.addrs = Some(resolver.lookup(subject.host).await.unwrap_or_default());
+        }
+        Need::User => {
+            let (Some(value), Some(auth)) = (who.credentials, who.auth) else {
+                facts.user = Some(None);
+                return;
+            };
+            facts.user = Some(match auth.check(value).await {
+                Verdict::User(user) => {
+                    facts.named = Some(user.clone());
+                    Some(user)
+                }
+                Verdict::Rejected { user } => {
+                    facts.named = Some(user);
+                    None
+                }
+                Verdict::Malformed => None,
+                Verdict::Unavailable => {
+                    tracing::warn!(client = %who.addr, "authentication unavailable: the helpers did not answer");
+                    None
+                }
+            });
+        }
+        Need::Group(group) => {
+            let member = match (who.auth, facts.user.as_ref().and_then(Option::as_ref)) {
+                (Some(auth), Some(user)) => auth.in_group(user, group).await.unwrap_or_else(|e| {
+                    tracing::warn!(%user, group, error = %e, "group lookup failed: taken as not a member");
+                    false
+                }),
+                _ => false,
+            };
+            facts.groups.push((group.into(), member));
         }
     }
 }

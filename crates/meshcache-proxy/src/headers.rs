@@ -398,7 +398,11 @@ mod tests {
             ("x-forwarded-for", " 10.0.0.2 ,"),
         ];
         for (mode, none, with) in [
-            (ForwardedFor::On, "192.0.2.7", "10.0.0.1, 10.0.0.2, 192.0.2.7"),
+            (
+                ForwardedFor::On,
+                "192.0.2.7",
+                "10.0.0.1, 10.0.0.2, 192.0.2.7",
+            ),
             (ForwardedFor::Off, "unknown", "10.0.0.1, 10.0.0.2, unknown"),
             (ForwardedFor::Truncate, "192.0.2.7", "192.0.2.7"),
             (ForwardedFor::Delete, "", ""),
@@ -409,7 +413,11 @@ mod tests {
         }
         // An IPv4 client on a dual-stack socket is written as IPv4; IPv6 as is.
         let mut h = HeaderMap::new();
-        forwarded_for(&mut h, ForwardedFor::On, "::ffff:192.0.2.9".parse().expect("ip"));
+        forwarded_for(
+            &mut h,
+            ForwardedFor::On,
+            "::ffff:192.0.2.9".parse().expect("ip"),
+        );
         assert_eq!(h["x-forwarded-for"], "192.0.2.9");
         let mut h = HeaderMap::new();
         forwarded_for(&mut h, ForwardedFor::On, "2001:db8::1".parse().expect("ip"));

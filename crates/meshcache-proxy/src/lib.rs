@@ -33,6 +33,7 @@ mod decide;
 pub mod directory;
 pub mod efficiency;
 pub mod error;
+mod errorpage;
 pub mod guard;
 pub mod headers;
 pub mod idle;
@@ -64,6 +65,10 @@ pub(crate) struct Shared {
     access: access::Access,
     /// Where requests may go: `never_direct`, `always_direct`.
     routing: routing::Routing,
+    /// The bodies of the responses the proxy makes up.
+    errors: errorpage::ErrorPages,
+    /// Proxy authentication, when `[auth]` is configured.
+    auth: Option<Arc<meshcache_auth::Authenticator>>,
     cache: cache::Cache,
     /// Refresh patterns, cache rules, PURGE.
     caching: caching::Caching,
@@ -119,6 +124,17 @@ pub enum ProxyError {
     /// A disk of the store could not be used.
     #[error("store.disk: {0}")]
     Disk(meshcache_disk::OpenError),
+    /// Proxy authentication could not start (the htpasswd file, the helpers).
+    #[error("auth: {0}")]
+    Auth(meshcache_auth::AuthError),
+    /// The error page templates could not be read.
+    #[error("cannot read error pages from {path:?}: {source}")]
+    ErrorPages {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The access log could not be opened.
     #[error("cannot open access log {path:?}: {source}")]
     AccessLog {

@@ -9,13 +9,11 @@
 //! HTTP side is up; with none up it fails at once with 503, never trying the origin. A CONNECT
 //! it applies to is tunnelled through a parent (`CONNECT` sent to the parent).
 
-use std::net::IpAddr;
-
 use meshcache_policy::time::LocalClock;
 use meshcache_policy::{Action, Rules};
 
 use crate::config::{Config, ConfigError};
-use crate::decide::{decide, Decided, Facts, Subject};
+use crate::decide::{decide, Decided, Facts, Requester, Subject};
 use crate::resolve::Resolver;
 
 /// Where a request may go.
@@ -48,22 +46,22 @@ impl Routing {
         })
     }
 
-    /// Where a request from `client` may go.
+    /// Where a request from `who` may go, with what the access rules learnt of it in `facts`.
     pub(crate) async fn directness(
         &self,
         resolver: &Resolver,
-        client: IpAddr,
+        who: Requester<'_>,
         subject: &Subject<'_>,
+        facts: &mut Facts,
     ) -> Directness {
         if self.always.is_empty() && self.never.is_empty() {
             return Directness::Either;
         }
-        let mut facts = Facts::default();
         for (rules, applies) in [
             (&self.always, Directness::Always),
             (&self.never, Directness::Never),
         ] {
-            let decided = decide(rules, resolver, &self.clock, client, subject, &mut facts).await;
+            let decided = decide(rules, resolver, &self.clock, who, subject, facts).await;
             if matches!(decided, Decided::Rule(_, Action::Allow)) {
                 return applies;
             }

@@ -119,7 +119,12 @@ impl Refresh {
     ///
     /// `revalidate`: the response says `must-revalidate`, `proxy-revalidate` or `s-maxage`,
     /// which Squid lets no override lengthen.
-    pub fn lifetime(&self, explicit: Option<u64>, modified_age: Option<u64>, revalidate: bool) -> u64 {
+    pub fn lifetime(
+        &self,
+        explicit: Option<u64>,
+        modified_age: Option<u64>,
+        revalidate: bool,
+    ) -> u64 {
         if let Some(explicit) = explicit {
             return if self.override_expire && !revalidate {
                 explicit.max(self.min)
@@ -305,7 +310,8 @@ impl ExpiryFacts {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .any(|v| v.trim() == "*");
-        let cookie = headers.contains_key(header::SET_COOKIE) && !has("public") && !has("immutable");
+        let cookie =
+            headers.contains_key(header::SET_COOKIE) && !has("public") && !has("immutable");
         let date = |name: HeaderName| {
             headers
                 .get(name)
@@ -539,6 +545,113 @@ mod tests {
         let f =
             fresh(&[("date", &date(1000)), ("last-modified", &date(0))], 1000).expect("storable");
         assert_eq!(f.lifetime, 100);
+    }
+
+    /// Squid's numbers: `refresh_pattern . MIN PERCENT MAX` with minutes as seconds here.
+    fn pattern(min: u64, percent: u32, max: u64) -> Refresh {
+        Refresh {
+            min,
+            percent,
+            max,
+            ..Refresh::default()
+        }
+    }
+
+    #[test]
+    fn refresh_lifetime_as_squid() {
+        let p = pattern(60, 20, 3600);
+        // No explicit freshness: percent of the age since Last-Modified, at most max.
+        assert_eq!(p.lifetime(None, Some(1000), false), 200);
+        assert_eq!(p.lifetime(None, Some(100_000), false), 3600);
+        // A recent change gives less than min: min does not apply (Squid's lm-factor test
+        // comes first)...
+        assert_eq!(p.lifetime(None, Some(100), false), 20);
+        // ...unless override_lastmod.
+        let lastmod = Refresh {
+            override_lastmod: true,
+            ..p
+        };
+        assert_eq!(lastmod.lifetime(None, Some(100), false), 60);
+        assert_eq!(lastmod.lifetime(None, Some(1000), false), 200);
+        assert_eq!(
+            lastmod.lifetime(None, Some(100), true),
+            20,
+            "must-revalidate"
+        );
+        // Neither: min, within max.
+        assert_eq!(p.lifetime(None, None, false), 60);
+        assert_eq!(pattern(7200, 20, 3600).lifetime(None, None, false), 3600);
+        // Explicit freshness wins over the pattern, shorter or longer...
+        assert_eq!(p.lifetime(Some(0), Some(1000), false), 0);
+        assert_eq!(p.lifetime(Some(86_400), None, false), 86_400);
+        // ...unless override_expire: at least min, and max does not cut it.
+        let expire = Refresh {
+            override_expire: true,
+            ..p
+        };
+        assert_eq!(expire.lifetime(Some(0), None, false), 60);
+        assert_eq!(expire.lifetime(Some(86_400), None, false), 86_400);
+        assert_eq!(expire.lifetime(Some(0), None, true), 0, "must-revalidate");
+        // Squid's cgi-bin / query pattern: nothing heuristic at all.
+        assert_eq!(pattern(0, 0, 0).lifetime(None, Some(1_000_000), false), 0);
+        assert_eq!(pattern(0, 0, 0).lifetime(Some(600), None, false), 600);
+    }
+
+    #[test]
+    fn refresh_patterns_set_the_stored_lifetime() {
+        let with = |res: &[(&str, &str)], at: u64, r: Refresh| {
+            Freshness::for_exchange_with(
+                &req(&[]),
+                StatusCode::OK,
+                &headers(res),
+                t(at),
+                0.1,
+                Some(&r),
+            )
+        };
+        let p = pattern(60, 50, 3600);
+        // Last-Modified 1000 s before Date: 50 % = 500 s (10 % without the pattern).
+        let lm = [("date", date(1000)), ("last-modified", date(0))];
+        let lm: Vec<(&str, &str)> = lm.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(with(&lm, 1000, p).expect("stored").lifetime, 500);
+        assert_eq!(fresh(&lm, 1000).expect("stored").lifetime, 100);
+        // No validator, no explicit freshness: stored for min (never stored without a pattern).
+        assert!(fresh(&[("date", &date(0))], 0).is_none());
+        let f = with(&[("date", &date(0))], 0, p).expect("stored for min");
+        assert_eq!(f.lifetime, 60);
+        assert_eq!(
+            f.usability(&RequestDirectives::default(), t(59)),
+            Usability::Fresh
+        );
+        assert_eq!(
+            f.usability(&RequestDirectives::default(), t(61)),
+            Usability::MustValidate
+        );
+        assert!(with(&[("date", &date(0))], 0, pattern(0, 20, 3600)).is_none());
+        // override_expire: max-age=0 is fresh for min.
+        let expire = Refresh {
+            override_expire: true,
+            ..p
+        };
+        let zero = [("cache-control", "max-age=0"), ("date", &date(0))];
+        assert_eq!(with(&zero, 0, expire).expect("stored").lifetime, 60);
+        assert!(with(&zero, 0, p).is_none(), "nothing to reuse it with");
+        // Never lengthened: no-cache, Pragma: no-cache, Set-Cookie without public.
+        for res in [
+            &[("cache-control", "no-cache"), ("etag", "\"a\"")][..],
+            &[("pragma", "no-cache"), ("etag", "\"a\"")],
+            &[("set-cookie", "a=1"), ("etag", "\"a\"")],
+            &[
+                ("cache-control", "max-age=0, must-revalidate"),
+                ("etag", "\"a\""),
+            ],
+        ] {
+            let f = with(res, 0, expire).expect("stored");
+            assert_eq!(f.ttl(t(0)), 0, "{res:?}");
+        }
+        // Not storable stays not storable.
+        assert!(with(&[("cache-control", "no-store")], 0, expire).is_none());
+        assert!(with(&[("cache-control", "private")], 0, expire).is_none());
     }
 
     #[test]

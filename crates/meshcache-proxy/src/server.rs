@@ -156,6 +156,22 @@ impl Proxy {
         let coop = Coop::new(&config);
         let access = crate::access::Access::new(&config)?;
         let routing = crate::routing::Routing::new(&config)?;
+        let auth = match &config.auth {
+            Some(auth) => Some(Arc::new(
+                meshcache_auth::Authenticator::start(auth).map_err(ProxyError::Auth)?,
+            )),
+            None => None,
+        };
+        let errors = match &config.errors.directory {
+            None => crate::errorpage::ErrorPages::built_in(&config.name, &config.errors.admin),
+            Some(dir) => {
+                crate::errorpage::ErrorPages::load(&config.name, &config.errors.admin, dir)
+                    .map_err(|source| ProxyError::ErrorPages {
+                        path: dir.clone(),
+                        source,
+                    })?
+            }
+        };
         let caching = crate::caching::Caching::new(&config)?;
         let applets = crate::applets::Active::new(&config.applets).map_err(ProxyError::Applets)?;
         Ok(Proxy {
@@ -163,6 +179,8 @@ impl Proxy {
                 config,
                 access,
                 routing,
+                errors,
+                auth,
                 cache,
                 caching,
                 upstream,
@@ -511,6 +529,7 @@ async fn serve_connection(
                 aborted: false,
                 peer: None,
                 content_type: None,
+                user: None,
             });
         }
     } else if let Err(e) = result {

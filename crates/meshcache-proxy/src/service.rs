@@ -5,6 +5,8 @@
 //!   │            mode) ─► access rules (access.rs) ─► CONNECT? ─► tunnel
 //!   ▼ framing and loop checks
 //!   │
+//!   ├─ PURGE ─► an access rule names it? ─────► remove: 200 (or 404); else 403
+//!   ├─ GET/HEAD the cache rules deny ─────────► relay, never stored (fwd=bypass)
 //!   ├─ GET/HEAD ─► lookup ─ fresh ─────────────► serve from store (304 / 206 / 200)
 //!   │                 ├─ stale, may serve ─────► serve, refresh in background
 //!   │                 ├─ stale ────────────────► conditional request ─► 304: refresh, serve
@@ -38,7 +40,7 @@ use crate::body::{Capture, ProxyBody, Relay, Spill, Transaction};
 use crate::cache::{CachedObject, Collapse, FetchGuard, Found, Tier};
 use crate::config::ForwardedFor;
 use crate::coop::{self, Forwarded};
-use crate::decide::Subject;
+use crate::decide::{Facts, Requester, Subject};
 use crate::error::UpstreamError;
 use crate::guard::ViolationSlot;
 use crate::headers::{self, parse_range, RangeRequest, RequestDirectives};
@@ -117,26 +119,28 @@ pub(crate) async fn handle(
     }
     let internal_url = crate::summary::internal(&shared.config, &parts.uri)
         .filter(|_| parts.method == Method::GET || parts.method == Method::HEAD);
-    let admitted = admit(
-        &shared,
-        client.ip(),
-        &parts,
-        &target,
-        internal_url.is_some(),
-    )
-    .await;
-    let directness = match admitted {
-        Ok(directness) => directness,
+    let mut txn = txn;
+    let admitted = admit(&shared, &mut txn, &parts, &target, internal_url.is_some()).await;
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
         Err(denial) => {
             tracing::debug!(%client, url = %parts.uri, reason = %denial.reason(), "request denied");
-            return Ok(refuse(
+            let mut response = refuse(
                 &shared,
                 txn,
-                StatusCode::FORBIDDEN,
+                denial.status(),
                 ResultCode::TcpDenied,
                 denial.token(),
                 &denial.reason(),
-            ));
+            );
+            if let (Denial::AuthRequired(_), Some(auth)) = (&denial, &shared.auth) {
+                if let Ok(challenge) = HeaderValue::from_str(auth.challenge()) {
+                    response
+                        .headers_mut()
+                        .insert(header::PROXY_AUTHENTICATE, challenge);
+                }
+            }
+            return Ok(response);
         }
     };
     if let Some(which) = internal_url {
@@ -144,7 +148,7 @@ pub(crate) async fn handle(
         return Ok(internal(&shared, txn, which, &parts.headers, head));
     }
     if parts.method == Method::CONNECT {
-        return Ok(Box::pin(tunnel::connect(shared, txn, parts, directness)).await);
+        return Ok(Box::pin(tunnel::connect(shared, txn, parts, admitted.directness)).await);
     }
     // Content-Length with Transfer-Encoding never gets here: hyper reads such a body as chunked,
     // drops the length and closes the connection after the response (RFC 9112 §6.3).
@@ -161,7 +165,7 @@ pub(crate) async fn handle(
             ))
         }
     };
-    target.directness = directness;
+    target.directness = admitted.directness;
     if headers::via_contains(&parts.headers, &shared.config.name)
         || headers::via_hops(&parts.headers) > headers::MAX_VIA_HOPS
     {
@@ -175,45 +179,17 @@ pub(crate) async fn handle(
         ));
     }
     let response = if parts.method == Method::GET || parts.method == Method::HEAD {
-        if shared.caching.has_rules()
-            && !Box::pin(uses_cache(&shared, client.ip(), &parts, &target)).await
-        {
-            Box::pin(bypass(&shared, txn, parts, target)).await
-        } else {
+        if admitted.caches {
             cached(&shared, txn, parts, target).await
+        } else {
+            Box::pin(bypass(&shared, txn, parts, target)).await
         }
     } else if parts.method.as_str() == "PURGE" {
-        Box::pin(purge(&shared, txn, client.ip(), &parts, &target)).await
+        purge(&shared, txn, admitted.purge, &target)
     } else {
         Box::pin(pass_through(&shared, txn, parts, body, target, &violation)).await
     };
     Ok(response)
-}
-
-/// A GET or HEAD as the cache rules and PURGE's access check see it.
-fn cache_subject<'a>(parts: &'a request::Parts, target: &'a Target) -> Subject<'a> {
-    Subject {
-        host: &target.host,
-        port: target.port,
-        scheme: Some("http"),
-        url: &target.url,
-        method: parts.method.as_str(),
-        forwarded: parts.uri.scheme().is_some(),
-    }
-}
-
-/// Whether the cache rules (`[[cache.rules]]`) let this request use the cache.
-async fn uses_cache(
-    shared: &Shared,
-    client: std::net::IpAddr,
-    parts: &request::Parts,
-    target: &Target,
-) -> bool {
-    let subject = cache_subject(parts, target);
-    shared
-        .caching
-        .caches(shared.upstream.resolver(), client, &subject)
-        .await
 }
 
 /// Marks a request the cache rules keep out of the cache: fetched, relayed, never stored.
@@ -247,24 +223,12 @@ async fn bypass(
 /// answers 200, or 404 when nothing was stored, both without a body and logged `TCP_MISS`, as
 /// Squid. Only an `[[access]]` rule that allows the request and names the method `PURGE`
 /// allows it; otherwise 403 (`TCP_DENIED`).
-async fn purge(
+fn purge(
     shared: &Shared,
     mut txn: Transaction,
-    client: std::net::IpAddr,
-    parts: &request::Parts,
+    allowed: bool,
     target: &Target,
 ) -> Response<ProxyBody> {
-    let subject = cache_subject(parts, target);
-    let allowed = shared
-        .caching
-        .purge_allowed(
-            shared.access.rules(),
-            &shared.config.access,
-            shared.upstream.resolver(),
-            client,
-            &subject,
-        )
-        .await;
     if !allowed {
         return refuse(
             shared,
@@ -343,16 +307,16 @@ fn freshness_of(
 /// refused for that right after.
 async fn admit(
     shared: &Shared,
-    client: std::net::IpAddr,
+    txn: &mut Transaction,
     parts: &request::Parts,
     target: &Result<Target, (StatusCode, &'static str, String)>,
     internal: bool,
-) -> Result<Directness, Denial> {
+) -> Result<Admitted, Denial> {
     let method = parts.method.as_str();
     if parts.method == Method::CONNECT {
         let Some((authority, port)) = parts.uri.authority().and_then(|a| Some((a, a.port_u16()?)))
         else {
-            return Ok(Directness::Either);
+            return Ok(Admitted::default());
         };
         let host = authority.host().to_ascii_lowercase();
         let subject = Subject {
@@ -363,10 +327,10 @@ async fn admit(
             method,
             forwarded: true,
         };
-        return admit_subject(shared, client, &subject).await;
+        return admit_subject(shared, txn, parts, &subject).await;
     }
     let Ok(target) = target else {
-        return Ok(Directness::Either);
+        return Ok(Admitted::default());
     };
     let subject = Subject {
         host: &target.host,
@@ -377,21 +341,81 @@ async fn admit(
         // Accelerated requests go to the origin the operator configured.
         forwarded: !internal && parts.uri.scheme().is_some(),
     };
-    admit_subject(shared, client, &subject).await
+    admit_subject(shared, txn, parts, &subject).await
 }
 
+/// The access and routing rules for one subject; the user the credentials named, if a rule
+/// asked, goes to the log.
 async fn admit_subject(
     shared: &Shared,
-    client: std::net::IpAddr,
+    txn: &mut Transaction,
+    parts: &request::Parts,
     subject: &Subject<'_>,
-) -> Result<Directness, Denial> {
+) -> Result<Admitted, Denial> {
     let resolver = shared.upstream.resolver();
-    match shared.access.check(resolver, client, subject).await {
-        Verdict::Allow if subject.forwarded => {
-            Ok(shared.routing.directness(resolver, client, subject).await)
-        }
-        Verdict::Allow => Ok(Directness::Either),
+    let who = Requester {
+        addr: txn.client(),
+        credentials: parts
+            .headers
+            .get(header::PROXY_AUTHORIZATION)
+            .map(HeaderValue::as_bytes),
+        auth: shared.auth.as_deref(),
+    };
+    let mut facts = Facts::default();
+    let verdict = shared
+        .access
+        .check(resolver, who, subject, &mut facts)
+        .await;
+    let result = match verdict {
         Verdict::Deny(denial) => Err(denial),
+        Verdict::Allow => {
+            let directness = if subject.forwarded {
+                shared
+                    .routing
+                    .directness(resolver, who, subject, &mut facts)
+                    .await
+            } else {
+                Directness::Either
+            };
+            let caches = match subject.method {
+                "GET" | "HEAD" => {
+                    shared
+                        .caching
+                        .caches(resolver, who, subject, &mut facts)
+                        .await
+                }
+                _ => true,
+            };
+            Ok(Admitted {
+                directness,
+                caches,
+                purge: subject.method == "PURGE" && shared.access.allows_purge(&facts),
+            })
+        }
+    };
+    txn.user = facts.named;
+    result
+}
+
+/// What the rules decided for a request they let in.
+#[derive(Clone, Copy, Debug)]
+struct Admitted {
+    /// Where it may go (routing rules).
+    directness: Directness,
+    /// Whether it may use the cache (cache rules; GET and HEAD).
+    caches: bool,
+    /// Whether it is a PURGE the access rules allow.
+    purge: bool,
+}
+
+impl Default for Admitted {
+    /// A request no rule list looked at: anywhere, cached, no PURGE.
+    fn default() -> Self {
+        Self {
+            directness: Directness::Either,
+            caches: true,
+            purge: false,
+        }
     }
 }
 
@@ -885,7 +909,14 @@ fn relay_response(
     {
         None
     } else {
-        freshness_of(shared, req, &target.url, rparts.status, &rparts.headers, now)
+        freshness_of(
+            shared,
+            req,
+            &target.url,
+            rparts.status,
+            &rparts.headers,
+            now,
+        )
     };
     let expected = rparts
         .headers
@@ -1133,8 +1164,7 @@ fn refresh_in_background(
         {
             lease.release();
             let merged = semantics::merge_not_modified(&stored, resp.headers());
-            if let Some(f) =
-                freshness_of(&shared, &parts, &target.url, object.status, &merged, now)
+            if let Some(f) = freshness_of(&shared, &parts, &target.url, object.status, &merged, now)
             {
                 shared.cache.insert(
                     &target.url,
@@ -1146,10 +1176,15 @@ fn refresh_in_background(
         }
         let (mut rparts, body) = resp.into_parts();
         headers::strip_hop_by_hop(&mut rparts.headers);
-        let Some(f) =
-            freshness_of(&shared, &parts, &target.url, rparts.status, &rparts.headers, now)
-                .filter(|_| applets::admit(&shared, &target.url, &rparts.headers))
-        else {
+        let Some(f) = freshness_of(
+            &shared,
+            &parts,
+            &target.url,
+            rparts.status,
+            &rparts.headers,
+            now,
+        )
+        .filter(|_| applets::admit(&shared, &target.url, &rparts.headers)) else {
             shared.cache.invalidate(&target.url, InvalidateCause::Stale);
             return;
         };
@@ -1319,12 +1354,16 @@ pub(crate) fn refuse(
     token: &'static str,
     reason: &str,
 ) -> Response<ProxyBody> {
-    let body = Bytes::from(format!("meshcache: {reason}\n"));
+    let (content_type, body) = shared.errors.render(&crate::errorpage::Incident {
+        status,
+        token,
+        reason,
+        method: txn.method(),
+        url: txn.url(),
+        client: txn.client(),
+    });
     let mut headers = HeaderMap::with_capacity(6);
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    headers.insert(header::CONTENT_TYPE, content_type);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(X_ERROR.clone(), HeaderValue::from_static(token));

@@ -48,7 +48,7 @@ pub(crate) async fn connect(
     // The port was checked against http.connect_ports with the access rules.
     let host = authority.host().to_ascii_lowercase();
     let opened = if directness == Directness::Never {
-        through_parent(&shared, &host, authority.as_str())
+        through_parent(&shared, &host, authority.as_str(), &parts.headers)
             .await
             .map(|(stream, early, parent)| (stream, early, Some(parent)))
     } else {
@@ -123,6 +123,7 @@ async fn through_parent(
     shared: &Shared,
     host: &str,
     authority: &str,
+    headers: &http::HeaderMap,
 ) -> Result<(TcpStream, Vec<u8>, String), UpstreamError> {
     let mut last = UpstreamError::NoRoute {
         host: host.to_owned(),
@@ -134,15 +135,22 @@ async fn through_parent(
                 .upstream
                 .open(&spec.http.ip().to_string(), spec.http.port())
                 .await?;
-            let request = format!(
-                "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nVia: {}\r\n\r\n",
+            let mut request = format!(
+                "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nVia: {}\r\n",
                 shared.via.to_str().unwrap_or("1.1 meshcache")
-            );
+            )
+            .into_bytes();
+            if let Some(credentials) = crate::coop::passed_credentials(shared, peer, headers) {
+                request.extend_from_slice(b"Proxy-Authorization: ");
+                request.extend_from_slice(credentials.as_bytes());
+                request.extend_from_slice(b"\r\n");
+            }
+            request.extend_from_slice(b"\r\n");
             let io = |source| UpstreamError::Connect {
                 host: spec.name.clone(),
                 source,
             };
-            stream.write_all(request.as_bytes()).await.map_err(io)?;
+            stream.write_all(&request).await.map_err(io)?;
             let mut head = Vec::with_capacity(1024);
             let mut chunk = [0u8; 4096];
             loop {

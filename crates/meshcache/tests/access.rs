@@ -11,23 +11,12 @@ mod common;
 use std::net::IpAddr;
 use std::process::Command;
 
-use common::{node, request_from, Node, Reply};
+use common::{access_rules as rules, node, request_from, Node, Reply};
 use meshcache_lab::Origin;
-use meshcache_policy::RuleConfig;
 use meshcache_proxy::Config;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().expect("literal address")
-}
-
-/// Rules written as in a config file.
-fn rules(toml_rules: &str) -> Vec<RuleConfig> {
-    #[derive(serde::Deserialize)]
-    struct File {
-        access: Vec<RuleConfig>,
-    }
-    let file: File = toml::from_str(toml_rules).expect("test rules");
-    file.access
 }
 
 /// A node with `rules`, `http.allow` open to every loopback address, CONNECT to `port`, and
@@ -390,4 +379,37 @@ fn clients_off_this_host_cannot_reach_it_through_the_proxy() {
         assert_eq!(r.header("x-meshcache-error"), "to-localhost");
         n.stop().await;
     });
+}
+
+#[tokio::test]
+async fn error_pages_come_from_squids_templates() {
+    let templates = std::path::Path::new("/usr/share/squid/errors/templates");
+    assert!(
+        templates.join("ERR_ACCESS_DENIED").exists(),
+        "Squid's error templates are missing: scripts/test.sh installs squid"
+    );
+    let access = rules("[[access]]\naction = \"deny\"\nurl_regex = [\"/blocked\"]\n[[access]]\naction = \"allow\"\n");
+    let n = node(move |c: &mut Config| {
+        c.access = access;
+        c.errors.directory = Some(templates.to_owned());
+        c.errors.admin = "ops@example.org".into();
+    })
+    .await;
+    let r = ask(&n, "127.0.0.1", "GET", "http://127.0.0.1:9/blocked?a='x'&b").await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.header("content-type"), "text/html; charset=utf-8");
+    let page = String::from_utf8_lossy(&r.body);
+    assert!(page.contains("ERR_ACCESS_DENIED"), "{page}");
+    assert!(
+        page.contains("http://127.0.0.1:9/blocked?a=&#39;x&#39;&amp;b"),
+        "the URL, escaped: {page}"
+    );
+    assert!(!page.contains("'x'"), "{page}");
+    assert!(page.contains("ops@example.org"), "{page}");
+    assert!(page.contains("testcache"), "the node's name: {page}");
+    assert!(!page.contains("%U") && !page.contains("%w"), "{page}");
+    // A page the directory lacks is the built-in one.
+    let r = ask(&n, "127.0.0.1", "GET", "https://127.0.0.1:9/").await;
+    assert_eq!(r.status, 501);
+    n.stop().await;
 }

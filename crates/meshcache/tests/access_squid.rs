@@ -14,7 +14,6 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use common::{node, request_from, Reply};
 use meshcache_lab::Origin;
-use meshcache_policy::RuleConfig;
 use meshcache_proxy::Config;
 use support::{tool, Squid};
 
@@ -65,13 +64,9 @@ async fn debian_default_rules_decide_as_squid_does() {
     let mut squid =
         Squid::new("access", Ipv4Addr::new(127, 0, 0, 140)).with_http_access(SQUID_RULES);
     squid.start(&squid_bin, "").await;
-    #[derive(serde::Deserialize)]
-    struct File {
-        access: Vec<RuleConfig>,
-    }
-    let rules: File = toml::from_str(MESHCACHE_RULES).expect("the translation parses");
+    let rules = common::access_rules(MESHCACHE_RULES);
     let mesh = node(move |c: &mut Config| {
-        c.access = rules.access;
+        c.access = rules;
         // Debian's Squid lets CONNECT reach 443 only through its rules; so does this node.
         c.http.connect_ports = vec![443, port];
     })

@@ -367,3 +367,13 @@ pub async fn at_origin(origin: &meshcache_lab::Origin, path: &str) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// `[[access]]` rules written as in a config file.
+pub fn access_rules(toml_rules: &str) -> Vec<meshcache_policy::RuleConfig> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        access: Vec<meshcache_policy::RuleConfig>,
+    }
+    let file: File = toml::from_str(toml_rules).expect("test rules");
+    file.access
+}
