@@ -33,6 +33,11 @@
 #   --fixed-order      A B C in every round; by default the order rotates one place each round
 #                      (A B C, B C A, C A B, …) so that no configuration always runs in the same
 #                      position (after the same neighbour)
+#   --concurrent N     after the interleaved rounds, N runs (default 6; 0: none) with A, B and C
+#                      loaded at the same time, one wrk each (all on core 0), the three instances
+#                      sharing core 1: every configuration sees the same machine at the same
+#                      moment, so the drift between runs cancels out of their ratios (a check
+#                      on the interleaved figures, which it does not replace)
 #   --note TEXT        a line added to the results' header
 #   --quiet-budget S   on a shared machine: seconds (default 120) this run may spend in total
 #                      waiting for other processes' CPU use to drop before a measured run, and
@@ -66,6 +71,7 @@ LIST_SIZE=100000
 NOTE=""
 QUIET_BUDGET=120
 ROTATE=1
+CONCURRENT=6
 SIZE=1024
 # The target of the issue: C (rules + auth) at least this fraction of A (no rules).
 TARGET_RATIO=0.90
@@ -87,15 +93,17 @@ while [ $# -gt 0 ]; do
     --list-size) LIST_SIZE=$2; shift 2 ;;
     --note) NOTE=$2; shift 2 ;;
     --fixed-order) ROTATE=0; shift ;;
+    --concurrent) CONCURRENT=$2; shift 2 ;;
     --quiet-budget) QUIET_BUDGET=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
 done
 [[ $DURATION =~ ^[0-9]+$ && $DURATION -ge 1 && $DURATION -le 120 ]] || die "--duration: 1..120 seconds"
-[[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 && $ROUNDS -le 20 ]] || die "--rounds: 1..20"
+[[ $ROUNDS =~ ^[0-9]+$ && $ROUNDS -ge 1 && $ROUNDS -le 60 ]] || die "--rounds: 1..60"
 [[ $CONNS =~ ^[0-9]+$ && $CONNS -ge 1 && $CONNS -le 2000 ]] || die "--connections: 1..2000"
 [[ $QUIET_BUDGET =~ ^[0-9]+$ ]] || die "--quiet-budget: seconds"
+[[ $CONCURRENT =~ ^[0-9]+$ && $CONCURRENT -le 20 ]] || die "--concurrent: 0..20"
 [[ $PORT_BASE =~ ^[0-9]+$ && $PORT_BASE -ge 1024 && $PORT_BASE -le 65000 ]] || die "--port-base: 1024..65000"
 [[ $LIST_SIZE =~ ^[0-9]+$ && $LIST_SIZE -ge 1 && $LIST_SIZE -le 10000000 ]] || die "--list-size: 1..10000000"
 
@@ -157,12 +165,13 @@ ulimit -n 65536 2>/dev/null || ulimit -n 8192 2>/dev/null || true
 
 declare -A PID_OF=()
 STARTED=()   # PIDs this script started, in start order
-WRK_PID=""
+WRK_PIDS=()  # wrk processes running in the background (the concurrent phase)
 
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  [ -n "$WRK_PID" ] && kill "$WRK_PID" 2>/dev/null || true
+  local w
+  for w in "${WRK_PIDS[@]}"; do kill "$w" 2>/dev/null || true; done
   bench_stop_pids "${STARTED[@]}"
   # Keep the configs and the servers' logs with the results; drop the rest (the list).
   if [ -d "$WORK" ]; then
@@ -493,6 +502,59 @@ measure() { # round config
   done
 }
 
+# The concurrent phase: A, B and C loaded at the same time, one wrk each, for DURATION; one CSV
+# row per configuration to $RAW_CONC.
+run_concurrent() { # round
+  local round=$1 c i t0 t1 w0 w1 st0 st1 c0 c1
+  local -A srv0=() srv1=() out=()
+  c0=$(origin_count)
+  for c in "${CONFIGS[@]}"; do srv0[$c]=$(tree_ticks "${PID_OF[$c]}"); out[$c]="$WORK/wrk-conc-$round-$c.txt"; done
+  st0=$(cpu_stat)
+  self_child_ticks; w0=$SELF_CT
+  t0=$EPOCHREALTIME
+  WRK_PIDS=()
+  for c in "${CONFIGS[@]}"; do
+    local auth=""
+    [ "$c" = C ] && auth=$AUTH_HEADER
+    BENCH_PATH=$URL BENCH_HOST=$AUTHORITY BENCH_PROXY_AUTH=$auth timeout -k 5 $((DURATION + 30)) \
+      taskset -c 0 wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$BENCH_DIR/absolute-uri-auth.lua" "http://127.0.0.1:${PORT_OF[$c]}" >"${out[$c]}" 2>&1 &
+    WRK_PIDS+=($!)
+  done
+  for i in "${!WRK_PIDS[@]}"; do
+    wait "${WRK_PIDS[$i]}" || { cat "${out[${CONFIGS[$i]}]}" >&2; die "wrk failed against ${CONFIGS[$i]} (concurrent)"; }
+  done
+  WRK_PIDS=()
+  t1=$EPOCHREALTIME
+  self_child_ticks; w1=$SELF_CT
+  st1=$(cpu_stat)
+  for c in "${CONFIGS[@]}"; do srv1[$c]=$(tree_ticks "${PID_OF[$c]}"); done
+  c1=$(origin_count)
+  [ "$c1" = "$((c0 + 1))" ] || die "concurrent run: the origin received $((c1 - c0 - 1)) requests (not all hits)"
+  local s00 t00 b00 s10 t10 b10 s01 t01 b01 s11 t11 b11
+  read -r s00 t00 b00 s10 t10 b10 <<<"$st0"
+  read -r s01 t01 b01 s11 t11 b11 <<<"$st1"
+  for c in "${CONFIGS[@]}"; do
+    local rps reqs p50 p99 errs non2xx
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' "${out[$c]}")
+    reqs=$(awk '/ requests in / { print $1 }' "${out[$c]}")
+    non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $NF }' "${out[$c]}")
+    [ -n "$rps" ] && [ -n "$reqs" ] || { cat "${out[$c]}" >&2; die "cannot parse wrk output for $c (concurrent)"; }
+    [ "${non2xx:-0}" = 0 ] || { cat "${out[$c]}" >&2; die "$c: $non2xx responses were not 2xx (concurrent)"; }
+    p50=$(to_ms "$(awk '$1 == "50%" { print $2 }' "${out[$c]}")")
+    p99=$(to_ms "$(awk '$1 == "99%" { print $2 }' "${out[$c]}")")
+    errs=$(awk '/Socket errors:/ { gsub(/,/, ""); print $4 + $6 + $8 + $10 }' "${out[$c]}")
+    awk -v round="$round" -v conf="$c" -v rps="$rps" -v reqs="$reqs" -v p50="$p50" -v p99="$p99" \
+      -v errs="${errs:-0}" -v srv="$((srv1[$c] - srv0[$c]))" -v wrk="$((w1 - w0))" -v hz="$CLK_TCK" -v t0="$t0" -v t1="$t1" \
+      -v st0="$((s01 - s00))" -v tt0="$((t01 - t00))" -v st1="$((s11 - s10))" -v tt1="$((t11 - t10))" 'BEGIN {
+        wall = t1 - t0; srv_ms = srv * 1000 / hz; wrk_ms = wrk * 1000 / hz
+        printf "%d,%s,%.2f,%d,%.3f,%.3f,%.3f,%d,%.1f,%.2f,%.1f,%.1f,%.2f,%.2f\n", round, conf, rps, reqs, wall, p50, p99, errs,
+          srv_ms, srv_ms * 1000 / reqs, srv_ms / 10 / wall, wrk_ms / 10 / wall,
+          (tt0 > 0 ? 100 * st0 / tt0 : 0), (tt1 > 0 ? 100 * st1 / tt1 : 0) }' >>"$RAW_CONC"
+  done
+  tail -n ${#CONFIGS[@]} "$RAW_CONC" | awk -F, '{ printf "  concurrent %s round %d: %9.0f req/s  p50 %6.3f ms  p99 %7.3f ms  cpu %6.2f us/req  srv %5.1f%%  (3 wrk %5.1f%%)  steal %.1f/%.1f%%\n",
+    $2, $1, $3, $6, $7, $10, $11, $12, $13, $14 }' >&2
+}
+
 # ---------------------------------------------------------------- run
 echo "round,config,rps,requests,wall_s,p50_ms,p99_ms,socket_errors,non2xx,server_cpu_ms,server_cpu_us_per_req,server_cpu_pct,wrk_cpu_ms,wrk_cpu_pct,steal_cpu0_pct,steal_cpu1_pct,other_cpu_pct,origin_requests_during_run" >"$RAW"
 T_START=$EPOCHSECONDS
@@ -512,6 +574,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
     [ "$ROTATE" = 0 ] || j=$(((i + r - 1) % ${#CONFIGS[@]}))
     measure "$r" "${CONFIGS[$j]}"
   done
+done
+RAW_CONC="$OUT/raw-concurrent.csv"
+echo "round,config,rps,requests,wall_s,p50_ms,p99_ms,socket_errors,server_cpu_ms,server_cpu_us_per_req,server_cpu_pct,wrk_cpu_pct_all_three,steal_cpu0_pct,steal_cpu1_pct" >"$RAW_CONC"
+for ((r = 1; r <= CONCURRENT; r++)); do
+  wait_quiet
+  run_concurrent "$r"
 done
 T_END=$EPOCHSECONDS
 # The access log of C names the user (flushed every second).
@@ -587,15 +655,15 @@ MESH_V=$("$BIN" --version 2>/dev/null || echo meshcache)
       print "| | req/s | CPU µs/req | target: req/s >= " target * 100 " % of A |"
       print "| --- | ---: | ---: | --- |"
       for (j = 2; j <= 3; j++) {
-        k = C[j]; l = ""; lc = ""
+        k = C[j]; l = ""; lc = ""; sl = ""; slc = ""
         for (r = 1; r <= maxr; r++) {
-          if (((r, k) in rps) && ((r, "A") in rps) && rps[r, "A"] > 0) l = l " " sprintf("%.3f", rps[r, k] / rps[r, "A"])
-          if (((r, k) in cpu) && ((r, "A") in cpu) && cpu[r, "A"] > 0) lc = lc " " sprintf("%.3f", cpu[r, k] / cpu[r, "A"])
+          if (((r, k) in rps) && ((r, "A") in rps) && rps[r, "A"] > 0) { x = rps[r, k] / rps[r, "A"]; l = l " " sprintf("%.6f", x); sl = sl " " sprintf("%.3f", x) }
+          if (((r, k) in cpu) && ((r, "A") in cpu) && cpu[r, "A"] > 0) { x = cpu[r, k] / cpu[r, "A"]; lc = lc " " sprintf("%.6f", x); slc = slc " " sprintf("%.3f", x) }
         }
         if (l == "") continue
         m = median(l); mc = median(lc)
-        verdict = (k == "C") ? ((m >= target ? "**met**" : "**NOT met**") sprintf(" (%.1f %%)", 100 * m)) : sprintf("(informational: %.1f %%)", 100 * m)
-        printf "| %s / A | %.3f [%s] | %.3f [%s] | %s |\n", k, m, substr(l, 2), mc, substr(lc, 2), verdict
+        verdict = (k == "C") ? ((m >= target ? "**met**" : "**NOT met**") sprintf(" (%.2f %%)", 100 * m)) : sprintf("(informational: %.2f %%)", 100 * m)
+        printf "| %s / A | %.3f [%s] | %.3f [%s] | %s |\n", k, m, substr(sl, 2), mc, substr(slc, 2), verdict
       }
       ka = "A"; kc = "C"
       if (((ka SUBSEP "cpu") in vals) && ((kc SUBSEP "cpu") in vals)) {
@@ -604,8 +672,43 @@ MESH_V=$("$BIN" --version 2>/dev/null || echo meshcache)
           median(vals["B" SUBSEP "cpu"]) - median(vals["A" SUBSEP "cpu"]), median(vals["C" SUBSEP "cpu"]) - median(vals["A" SUBSEP "cpu"])
       }
     }' "$RAW"
+  if [ "$CONCURRENT" -gt 0 ]; then
+    echo
+    echo "Concurrent check: $CONCURRENT runs of ${DURATION} s with A, B and C loaded at the same time (three wrk -t1 -c$CONNS on core 0, the three instances sharing core 1, so each gets about a third of it): the drift of the machine between runs cancels out of the ratios; but the three also share core 1's caches, which may weigh more on B and C (larger working sets: the rules, the list). Medians; ratios per run, median over runs:"
+    echo
+    awk -F, -v target="$TARGET_RATIO" -v listn="$LIST_SIZE" '
+      function median(list,   n, a, i, j, x) {
+        n = split(list, a, " ")
+        for (i = 2; i <= n; i++) { x = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+        if (n == 0) return ""
+        return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+      }
+      function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
+      NR > 1 {
+        add($2 SUBSEP "rps", $3); add($2 SUBSEP "p50", $6); add($2 SUBSEP "p99", $7); add($2 SUBSEP "cpu", $10)
+        add($2 SUBSEP "srv", $11); add($2 SUBSEP "wrk", $12); add($2 SUBSEP "st0", $13); add($2 SUBSEP "st1", $14)
+        rps[$1, $2] = $3; cpu[$1, $2] = $10; if ($1 > maxr) maxr = $1
+      }
+      END {
+        desc["A"] = "A: no rules"; desc["B"] = "B: 20 rules + " listn "-entry list"; desc["C"] = "C: B + Basic auth (cached)"
+        print "| configuration | req/s | p50 ms | p99 ms | CPU µs/req | srv CPU % | req/s / A | CPU µs/req / A |"
+        print "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        split("A B C", C, " ")
+        for (j = 1; j <= 3; j++) {
+          k = C[j]; if (!((k SUBSEP "rps") in vals)) continue
+          l = ""; lc = ""
+          for (r = 1; r <= maxr; r++) if (((r, k) in rps) && rps[r, "A"] > 0) { l = l " " sprintf("%.6f", rps[r, k] / rps[r, "A"]); lc = lc " " sprintf("%.6f", cpu[r, k] / cpu[r, "A"]); if (k != "A") per[k] = per[k] " " sprintf("%.3f", rps[r, k] / rps[r, "A"]) }
+          m[k] = median(l)
+          printf "| %s | %.0f | %.3f | %.3f | %.2f | %.0f | %s | %s |\n", desc[k], median(vals[k SUBSEP "rps"]), median(vals[k SUBSEP "p50"]), \
+            median(vals[k SUBSEP "p99"]), median(vals[k SUBSEP "cpu"]), median(vals[k SUBSEP "srv"]), \
+            (k == "A" ? "1" : sprintf("%.3f", m[k])), (k == "A" ? "1" : sprintf("%.3f", median(lc)))
+        }
+        printf "\nPer run, req/s / A: B [%s], C [%s]. wrk (all three) %.0f %% of core 0; steal %.1f / %.1f %%. Target on this measure: C at %.2f %% of A: %s.\n", \
+          substr(per["B"], 2), substr(per["C"], 2), median(vals["A" SUBSEP "wrk"]), median(vals["A" SUBSEP "st0"]), median(vals["A" SUBSEP "st1"]), 100 * m["C"], (m["C"] >= target ? "**met**" : "**NOT met**")
+      }' "$RAW_CONC"
+  fi
   echo
-  echo "Raw numbers: raw.csv and results.json beside this file."
+  echo "Raw numbers: raw.csv, raw-concurrent.csv and results.json beside this file."
 } >"$OUT/results.md"
 
 # results.json: the metadata and every measured run.
