@@ -14,7 +14,7 @@
 #
 # Follows shared/BENCHMARKING.md: the three meshcache instances pinned to core 1 with one
 # worker thread each (TOKIO_WORKER_THREADS=1, as scripts/bench-hits.sh), wrk pinned to core 0;
-# rounds interleave [A, B, C]; medians and per-round paired ratios; CPU from /proc/PID/stat
+# rounds interleave [A, B, C] (the order rotated each round); medians and per-round paired ratios; CPU from /proc/PID/stat
 # (utime+stime of the whole process tree); steal time from /proc/stat; hits proven by the
 # origin's per-URL counter not moving during a run; the rules proven active (B and C deny a
 # host of the list, C answers 407 without credentials); the whole measurement in a fresh
@@ -39,16 +39,17 @@
 #                      moment, so the drift between runs cancels out of their ratios (a check
 #                      on the interleaved figures, which it does not replace)
 #   --note TEXT        a line added to the results' header
-#   --quiet-budget S   on a shared machine: seconds (default 120) this run may spend in total
+#   --quiet-budget S   on a shared machine: seconds (default 90) this run may spend in total
 #                      waiting for other processes' CPU use to drop before a measured run, and
 #                      re-doing runs disturbed by it (other CPU > 15% of a core, or steal > 5%
 #                      on either core); 0 disables
-# Defaults take about 2.5 minutes (at most 4.5 with the quiet budget). Short runs, many rounds:
-# on this shared machine the rate drifts by 10-20 % over tens of seconds (neighbours, steal), so
-# the three configurations of a round are best measured close together in time. Installs wrk, curl,
-# apache2-utils (htpasswd) when missing (apt).
-# Output: a Markdown table on stdout and in OUT/results.md; raw numbers in OUT/raw.csv and
-# OUT/results.json; the generated configs (not the 100,000-line list: the script regenerates
+# Defaults take about 3.5 minutes (at most 5 with the quiet budget). Short runs, many rounds:
+# on this shared machine one configuration's rate drifts by 10-30 % between runs seconds apart
+# (noisy neighbours, often without steal time to show for it), so the three configurations of
+# a round are best measured close together in time, and the concurrent phase checks the
+# interleaved ratios. Installs wrk, curl, apache2-utils (htpasswd) when missing (apt).
+# Output: Markdown tables on stdout and in OUT/results.md; raw numbers in OUT/raw.csv (the
+# interleaved runs), OUT/raw-concurrent.csv and OUT/results.json; the generated configs (not the 100,000-line list: the script regenerates
 # it), the htpasswd file and the servers' logs in OUT/.
 set -euo pipefail
 
@@ -69,7 +70,7 @@ NETNS=1
 PORT_BASE=18180
 LIST_SIZE=100000
 NOTE=""
-QUIET_BUDGET=120
+QUIET_BUDGET=90
 ROTATE=1
 CONCURRENT=6
 SIZE=1024
@@ -717,16 +718,18 @@ awk -F, -v stamp="$STAMP" -v rev="$REV_NOTE" -v cpu="$CPU_MODEL" -v nproc="$(npr
   -v dur="$DURATION" -v rounds="$ROUNDS" -v conns="$CONNS" -v netns="$NETNS_USED" -v cmd="$BENCH_ACCESS_CMD" \
   -v bin="$BIN_NOTE" -v note="$NOTE" -v url="$URL" -v quiet="$QUIET_SPENT" '
   function q(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); return "\"" s "\"" }
-  NR == 1 { n = split($0, H, ","); next }
+  FNR == 1 { file++; n = split($0, H, ","); next }
   { row = ""; for (i = 1; i <= n; i++) { v = $i; if (i != 2 && v == "") v = "null"; row = row (i > 1 ? ", " : "") q(H[i]) ": " (i == 2 ? q(v) : v) }
-    rows = rows (rows == "" ? "" : ",\n") "    {" row "}" }
+    if (file == 1) rows = rows (rows == "" ? "" : ",\n") "    {" row "}"
+    else crows = crows (crows == "" ? "" : ",\n") "    {" row "}" }
   END {
     printf "{\n  \"date\": %s,\n  \"command\": %s,\n  \"revision\": %s,\n  \"binary\": %s,\n  \"note\": %s,\n  \"meshcache\": %s,\n  \"wrk\": %s,\n", q(stamp), q(cmd), q(rev), q(bin), q(note), q(mesh), q(wrk)
     printf "  \"machine\": {\"nproc\": %d, \"cpu\": %s, \"kernel\": %s},\n", nproc, q(cpu), q(kernel)
     printf "  \"config\": {\"duration_s\": %d, \"rounds\": %d, \"connections\": %d, \"wrk_threads\": 1, \"netns\": %s, \"server_core\": 1, \"wrk_core\": 0, \"object_bytes\": %d, \"url\": %s, \"list_entries\": %d, \"quiet_waited_s\": %d},\n", dur, rounds, conns, q(netns), size, q(url), listn, quiet
     printf "  \"configurations\": {\"A\": \"no rules\", \"B\": \"20 typical rules + domain list\", \"C\": \"B + Basic auth, htpasswd bcrypt user, cached credentials\"},\n"
-    printf "  \"runs\": [\n%s\n  ]\n}\n", rows
-  }' "$RAW" >"$OUT/results.json"
+    printf "  \"runs\": [\n%s\n  ],\n", rows
+    printf "  \"concurrent_runs\": [%s%s%s]\n}\n", (crows == "" ? "" : "\n"), crows, (crows == "" ? "" : "\n  ")
+  }' "$RAW" "$RAW_CONC" >"$OUT/results.json"
 
 cat "$OUT/results.md"
 log "results in $OUT"
