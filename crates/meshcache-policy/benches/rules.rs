@@ -22,77 +22,8 @@ fn blocklist(n: usize) -> String {
     text
 }
 
-const TYPICAL: &str = r#"
-[[access]]
-action = "deny"
-domain = ["@blocked"]
-[[access]]
-action = "deny"
-port = ["!80", "!21", "!443", "!70", "!210", "!1025-65535", "!280", "!488", "!591", "!777"]
-[[access]]
-action = "deny"
-method = ["CONNECT"]
-port = ["!443"]
-[[access]]
-action = "allow"
-src = ["127.0.0.0/8", "::1"]
-method = ["PURGE"]
-[[access]]
-action = "deny"
-method = ["PURGE"]
-[[access]]
-action = "deny"
-url_regex = ['(?i)\.(exe|msi|scr)$']
-time = ["Mon-Fri 08:00-18:00"]
-src = ["10.20.0.0/16"]
-[[access]]
-action = "deny"
-domain = [".social.example", ".video.example"]
-time = ["Mon-Fri 09:00-12:00", "Mon-Fri 13:00-17:00"]
-[[access]]
-action = "allow"
-domain = [".intranet.example"]
-[[access]]
-action = "deny"
-dst = ["169.254.0.0/16"]
-domain = ["metadata.internal"]
-[[access]]
-action = "deny"
-url_regex = ["/wp-login\\.php", "/xmlrpc\\.php"]
-[[access]]
-action = "deny"
-method = ["TRACE", "TRACK"]
-[[access]]
-action = "allow"
-src = ["192.168.100.0/24"]
-scheme = ["http"]
-domain = [".updates.example"]
-[[access]]
-action = "deny"
-src = ["10.99.0.0/16"]
-[[access]]
-action = "deny"
-domain = [".ads.example", ".doubleclick.example", ".tracking.example"]
-[[access]]
-action = "allow"
-src = ["10.0.0.0/8"]
-time = ["Sat,Sun"]
-domain = [".games.example"]
-[[access]]
-action = "deny"
-domain = [".games.example"]
-[[access]]
-action = "deny"
-port = ["25", "587"]
-[[access]]
-action = "allow"
-src = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "fe80::/10"]
-[[access]]
-action = "allow"
-src = ["127.0.0.0/8"]
-[[access]]
-action = "deny"
-"#;
+/// The twenty typical rules, shared with `scripts/bench-access.sh`.
+const TYPICAL: &str = include_str!("typical-rules.toml");
 
 fn compile(lists: &Lists) -> Rules {
     #[derive(serde::Deserialize)]
