@@ -22,6 +22,7 @@ use crate::fault::{FaultCounts, Faults};
 use crate::format::{Kind, HEADER_LEN};
 use crate::index::{DiskIndex, Garbage};
 use crate::layout::{DirLock, Layout, OpenError};
+use crate::progress::Progress;
 use crate::queue::Queue;
 use crate::space::UNIT;
 
@@ -209,6 +210,8 @@ pub(crate) struct Shared {
     pub(crate) queue: Queue<Job>,
     pub(crate) faults: Faults,
     pub(crate) counters: Counters,
+    /// The rebuild's batches, for a writer waiting for room.
+    pub(crate) progress: Progress,
     /// `run << 32`, then one more per record.
     serial: AtomicU64,
     next_stream: AtomicU64,
@@ -322,6 +325,7 @@ impl Disk {
             layout,
             files: RwLock::new(files),
             counters: Counters::default(),
+            progress: Progress::default(),
             serial: AtomicU64::new(u64::from(run) << 32),
             next_stream: AtomicU64::new(0),
             holder: Mutex::new(None),

@@ -30,7 +30,8 @@
 //! * `layout.rs` — the directory: paths, lock, marker file.
 //! * `disk.rs` — [`Disk`]: opening, queueing work, counters.
 //! * `queue.rs` — the writer's byte-bounded queue.
-//! * `writer.rs`, `rebuild.rs` — the two threads.
+//! * `writer.rs`, `rebuild.rs` — the two threads; `progress.rs` — the rebuild's progress the
+//!   writer waits on for room.
 //! * `read.rs` — reading records for hits.
 //! * `stream.rs` — [`DiskStream`]: a large object written as it arrives.
 //! * `fault.rs` — [`Fault`]s: kinds, counts, logging, write backoff.
@@ -43,6 +44,7 @@ pub mod fault;
 pub mod format;
 pub mod index;
 pub mod layout;
+mod progress;
 mod queue;
 pub mod read;
 pub(crate) mod rebuild;

@@ -5,7 +5,8 @@
 //! against their checksums; a valid record is indexed (the newest of two records of one key
 //! wins, by serial) and the reading goes on after it; anything else is passed over a unit at a
 //! time. Free space is given to the allocator as the reading passes it, so the writer can place
-//! new records behind the rebuild while it runs, never ahead of it. Then `files/` is read: each
+//! new records behind the rebuild while it runs, never ahead of it (a record that finds no room
+//! yet waits for the next batch: see `progress`). Then `files/` is read: each
 //! file's name, header, metadata and whole body are checked; a damaged file is deleted.
 //!
 //! Until the rebuild reaches an object, a request for it is a miss (fetched and stored again,
@@ -89,6 +90,7 @@ impl Batch {
             .counters
             .rebuild_found
             .fetch_add(indexed - twins.len() as u64, Relaxed);
+        shared.progress.advance();
     }
 }
 
@@ -130,6 +132,7 @@ pub(crate) fn run(shared: &Shared) {
     c.rebuild_us
         .store(started.elapsed().as_micros() as u64, Relaxed);
     c.rebuilding.store(false, Relaxed);
+    shared.progress.advance();
     tracing::info!(
         disk = %shared.path().display(),
         objects = c.rebuild_found.load(Relaxed),

@@ -27,7 +27,7 @@ use std::io::{self, IoSlice};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use meshcache_store::StoreKey;
@@ -41,6 +41,10 @@ use crate::space::UNIT;
 
 /// How many victims a store may evict looking for slab space before it gives up.
 const MAX_EVICTIONS_PER_STORE: usize = 10_000;
+
+/// How long a store waits at most for the rebuild's next batch before it looks again (and
+/// whether the disk is being closed).
+const REBUILD_WAIT: Duration = Duration::from_millis(100);
 
 /// The current time in Unix seconds.
 pub(crate) fn unix_now() -> u32 {
@@ -200,19 +204,25 @@ impl Writer<'_> {
         let units = len.div_ceil(UNIT);
         let mut evictions = 0;
         let unit = loop {
+            let batches = self.shared.progress.now();
             let found = self.shared.locked(|ix| {
                 let unit = ix.allocate(units);
                 // No room: the policy's next victim goes (not while rebuilding: what is not
                 // yet read is not free, and evicting would not make it so).
-                let evicted = unit.is_none() && !ix.rebuilding() && ix.evict_one();
-                (unit, evicted, ix.take_garbage())
+                let rebuilding = ix.rebuilding();
+                let evicted = unit.is_none() && !rebuilding && ix.evict_one();
+                (unit, rebuilding, evicted, ix.take_garbage())
             });
-            let Some((unit, evicted, garbage)) = found else {
+            let Some((unit, rebuilding, evicted, garbage)) = found else {
                 return;
             };
             collect(self.shared, garbage);
             match unit {
                 Some(unit) => break unit,
+                // The rebuild has not read far enough to free room: wait for its next batch.
+                None if rebuilding && !self.shared.stop.load(Relaxed) => {
+                    self.shared.progress.wait_past(batches, REBUILD_WAIT)
+                }
                 None if evicted && evictions < MAX_EVICTIONS_PER_STORE => evictions += 1,
                 None => {
                     self.shared.counters.dropped.fetch_add(1, Relaxed);

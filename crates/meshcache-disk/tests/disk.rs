@@ -43,16 +43,20 @@ fn config(dir: &std::path::Path, size: u64) -> DiskConfig {
 }
 
 fn start(dir: &std::path::Path, size: u64) -> Node {
+    let node = open(dir, size);
+    node.run();
+    node.wait_rebuilt();
+    node
+}
+
+/// The disk opened, its threads not started.
+fn open(dir: &std::path::Path, size: u64) -> Node {
     let (disk, index) = Disk::open(0, config(dir, size)).expect("open");
     let holder = Arc::new(Holder {
         index: Mutex::new(index),
         changes: Mutex::new(Vec::new()),
     });
-    let weak: Weak<dyn IndexHolder> = Arc::downgrade(&(holder.clone() as Arc<dyn IndexHolder>));
-    disk.start(weak);
-    let node = Node { disk, holder };
-    node.wait_rebuilt();
-    node
+    Node { disk, holder }
 }
 
 fn key(n: u32) -> StoreKey {
@@ -67,6 +71,13 @@ fn body(n: u32, len: usize) -> Bytes {
 }
 
 impl Node {
+    /// Starts the writer and the rebuild.
+    fn run(&self) {
+        let holder = self.holder.clone() as Arc<dyn IndexHolder>;
+        let weak: Weak<dyn IndexHolder> = Arc::downgrade(&holder);
+        self.disk.start(weak);
+    }
+
     fn wait_rebuilt(&self) {
         for _ in 0..500 {
             if self.disk.rebuilt() {
@@ -236,6 +247,31 @@ fn damaged_and_foreign_bytes_are_dropped_never_served() {
         dir.path().join("notes.txt").exists(),
         "foreign files are left alone"
     );
+}
+
+#[test]
+fn a_store_waits_for_the_rebuild_to_free_room_rather_than_being_dropped() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let objects = 20_000;
+    {
+        let node = start(dir.path(), 64 << 20);
+        for n in 0..objects {
+            node.put(n, body(n, 1000));
+        }
+        node.flush();
+        assert_eq!(node.len(), objects as usize);
+    }
+    // The new object is queued before the threads start: the writer meets it while the
+    // rebuild is still reading the 20,000 records in front of the slab's free space.
+    let node = open(dir.path(), 64 << 20);
+    node.put(objects, body(objects, 700));
+    node.run();
+    node.flush();
+    node.wait_rebuilt();
+    assert_eq!(node.disk.stats().dropped, 0, "{:?}", node.disk.stats());
+    assert_eq!(node.len(), objects as usize + 1);
+    assert_eq!(node.get(objects).expect("stored").1, body(objects, 700));
+    assert_eq!(node.get(0).expect("found again").1, body(0, 1000));
 }
 
 #[test]
