@@ -392,7 +392,7 @@ impl Items for CacheItems {
         let shared = self.shared.upgrade()?;
         let found = shared.cache.lookup(url, request)?;
         let o = found.object();
-        let directives = crate::headers::RequestDirectives::parse(request);
+        let directives = crate::directives::RequestDirectives::parse(request);
         match o
             .freshness
             .usability(&directives, std::time::SystemTime::now())

@@ -9,6 +9,8 @@
 //! - **Cache rules** (`[[cache.rules]]`, Squid's `cache allow|deny`): a request the first
 //!   matching rule denies is neither answered from the store nor stored. Decided by
 //!   [`crate::decide`], with the access rules' matchers.
+//! - **Targeted fields** (`cache.targeted_fields`, RFC 9213): which `CDN-Cache-Control`-like
+//!   fields this node obeys over `Cache-Control`.
 //! - **PURGE** is allowed by the access rules ([`crate::access::Access::allows_purge`]).
 
 use meshcache_policy::time::LocalClock;
@@ -20,6 +22,25 @@ use crate::decide::{decide, Decided, Facts, Requester, Subject};
 use crate::resolve::Resolver;
 use crate::semantics::Refresh;
 
+/// The targeted fields (RFC 9213) of `cache.targeted_fields`, or by mode when it is left out:
+/// an accelerator speaks for the origin, as a CDN does, so the origin's CDN directives are
+/// addressed to it; a forward proxy speaks for its clients, and a site's CDN directives (often
+/// longer lifetimes than `Cache-Control` gives the caches it does not run) are not meant for it.
+fn targeted_fields(config: &Config) -> Vec<http::HeaderName> {
+    let names: Vec<String> = match &config.cache.targeted_fields {
+        Some(names) => names.clone(),
+        None if config.http.accelerate.is_some() => crate::config::ACCELERATOR_TARGETED_FIELDS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect(),
+        None => Vec::new(),
+    };
+    names
+        .iter()
+        .filter_map(|n| http::HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
+        .collect()
+}
+
 /// A node's caching policy, compiled.
 pub(crate) struct Caching {
     /// Every refresh pattern's expression, pattern `i` the set's `i`th.
@@ -29,6 +50,8 @@ pub(crate) struct Caching {
     /// `[[cache.rules]]`.
     rules: Rules,
     clock: LocalClock,
+    /// Targeted cache-control fields (RFC 9213), in precedence order.
+    targeted: Vec<http::HeaderName>,
 }
 
 impl Caching {
@@ -52,7 +75,13 @@ impl Caching {
                 .collect(),
             rules: config.cache_rules()?,
             clock: LocalClock::default(),
+            targeted: targeted_fields(config),
         })
+    }
+
+    /// The targeted cache-control fields this node obeys, first first.
+    pub(crate) fn targeted(&self) -> &[http::HeaderName] {
+        &self.targeted
     }
 
     /// The refresh pattern for `url`: the first that matches, if any.

@@ -321,6 +321,12 @@ pub struct CacheConfig {
     /// uses the cache.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<meshcache_policy::RuleConfig>,
+    /// Targeted cache-control fields (RFC 9213) this node obeys, in precedence order: the
+    /// first a response carries with a valid value replaces its `Cache-Control` and `Expires`
+    /// here. Left out: `["Meshcache-Cache-Control", "CDN-Cache-Control"]` in accelerator mode
+    /// (`http.accelerate`), none in forward mode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub targeted_fields: Option<Vec<String>>,
 }
 
 impl Default for CacheConfig {
@@ -330,9 +336,14 @@ impl Default for CacheConfig {
             collapse_timeout: Duration::from_secs(10),
             refresh: Vec::new(),
             rules: Vec::new(),
+            targeted_fields: None,
         }
     }
 }
+
+/// The targeted fields an accelerator obeys when `cache.targeted_fields` is left out: its own,
+/// then the one every CDN reads (RFC 9213 §3.1).
+pub const ACCELERATOR_TARGETED_FIELDS: [&str; 2] = ["meshcache-cache-control", "cdn-cache-control"];
 
 /// One refresh pattern (`[[cache.refresh]]`): Squid's
 /// `refresh_pattern [-i] regex min percent max [options]`. A key left out takes the value of
@@ -806,6 +817,17 @@ impl Config {
         }
         self.cache_rules()?;
         self.refresh_patterns()?;
+        for name in self.cache.targeted_fields.iter().flatten() {
+            let lower = name.to_ascii_lowercase();
+            if http::HeaderName::from_bytes(lower.as_bytes()).is_err()
+                || matches!(lower.as_str(), "cache-control" | "expires" | "pragma")
+            {
+                return invalid(
+                    "cache.targeted_fields",
+                    "each must be a field name other than Cache-Control, Expires or Pragma",
+                );
+            }
+        }
         if !(0.0..=1.0).contains(&self.cache.heuristic_fraction) {
             return invalid("cache.heuristic_fraction", "must be between 0 and 1");
         }

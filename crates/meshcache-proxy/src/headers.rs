@@ -1,6 +1,5 @@
 //! Header handling shared by every path through the proxy: hop-by-hop removal, `Via`,
-//! `X-Forwarded-For`, request `Cache-Control` directives, and the small header parsers the
-//! cache needs.
+//! `X-Forwarded-For`, and `Range`. (Cache directives are in `directives`, `Vary` in `vary`.)
 //! Everything here is pure.
 
 use std::net::IpAddr;
@@ -79,57 +78,6 @@ pub fn via_contains(headers: &HeaderMap, name: &str) -> bool {
         .any(|hop| hop.split_whitespace().nth(1) == Some(name))
 }
 
-/// The request's cache directives (RFC 9111 §5.2.1), plus `Pragma: no-cache`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RequestDirectives {
-    /// `max-age=N`: the client accepts nothing older.
-    pub max_age: Option<u64>,
-    /// `max-stale[=N]`: the client accepts a stale response (by at most N seconds).
-    pub max_stale: Option<Option<u64>>,
-    /// `min-fresh=N`: the response must stay fresh at least N more seconds.
-    pub min_fresh: Option<u64>,
-    /// `no-cache` (or `Pragma: no-cache`): validate with the origin first.
-    pub no_cache: bool,
-    /// `no-store`: store nothing of this exchange.
-    pub no_store: bool,
-    /// `only-if-cached`: answer from the cache or with 504.
-    pub only_if_cached: bool,
-}
-
-impl RequestDirectives {
-    /// Parses `Cache-Control` (all instances) and, absent that, `Pragma`.
-    pub fn parse(headers: &HeaderMap) -> Self {
-        let mut d = RequestDirectives::default();
-        let mut any_cc = false;
-        for (name, value) in directives(headers, header::CACHE_CONTROL) {
-            any_cc = true;
-            let secs = || value.and_then(|v| v.parse::<u64>().ok());
-            match name.as_str() {
-                "max-age" => d.max_age = secs().or(Some(0)),
-                "max-stale" => d.max_stale = Some(secs()),
-                "min-fresh" => d.min_fresh = secs(),
-                "no-cache" => d.no_cache = true,
-                "no-store" => d.no_store = true,
-                "only-if-cached" => d.only_if_cached = true,
-                _ => {}
-            }
-        }
-        if !any_cc && directives(headers, header::PRAGMA).any(|(n, _)| n == "no-cache") {
-            d.no_cache = true;
-        }
-        d
-    }
-
-    /// Squid's `ignore-reload`: the client's reload (`no-cache`, `Pragma: no-cache`,
-    /// `max-age=0`) is disregarded, so a fresh stored response answers it.
-    pub fn ignore_reload(&mut self) {
-        self.no_cache = false;
-        if self.max_age == Some(0) {
-            self.max_age = None;
-        }
-    }
-}
-
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Sets a forwarded request's `X-Forwarded-For` for `client` as `mode` says (Squid's
@@ -196,103 +144,6 @@ fn unlist_connection(headers: &mut HeaderMap, name: &HeaderName) -> bool {
         }
     }
     found
-}
-
-/// The response directives the cache acts on beyond freshness (RFC 9111 §5.2.2, RFC 5861).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ResponseDirectives {
-    /// `must-revalidate` / `proxy-revalidate`: never serve stale.
-    pub must_revalidate: bool,
-    /// `stale-while-revalidate=N`.
-    pub stale_while_revalidate: Option<u32>,
-    /// `stale-if-error=N`.
-    pub stale_if_error: Option<u32>,
-}
-
-impl ResponseDirectives {
-    /// Parses the response's `Cache-Control`.
-    pub fn parse(headers: &HeaderMap) -> Self {
-        let mut d = ResponseDirectives::default();
-        for (name, value) in directives(headers, header::CACHE_CONTROL) {
-            let secs = || value.and_then(|v| v.parse::<u32>().ok());
-            match name.as_str() {
-                "must-revalidate" | "proxy-revalidate" => d.must_revalidate = true,
-                "stale-while-revalidate" => d.stale_while_revalidate = secs(),
-                "stale-if-error" => d.stale_if_error = secs(),
-                _ => {}
-            }
-        }
-        d
-    }
-}
-
-/// Iterates `name[=value]` directives of a comma-separated header, names lower-cased,
-/// quotes stripped from values.
-pub(crate) fn directives(
-    headers: &HeaderMap,
-    name: HeaderName,
-) -> impl Iterator<Item = (String, Option<&str>)> + '_ {
-    headers
-        .get_all(name)
-        .into_iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|item| {
-            let item = item.trim();
-            if item.is_empty() {
-                return None;
-            }
-            let (n, v) = match item.split_once('=') {
-                Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
-                None => (item, None),
-            };
-            Some((n.to_ascii_lowercase(), v))
-        })
-}
-
-/// The field names a response's `Vary` lists, lower-cased; `None` for `Vary: *`.
-pub fn vary_names(headers: &HeaderMap) -> Option<Vec<HeaderName>> {
-    let mut names = Vec::new();
-    for item in headers
-        .get_all(header::VARY)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-    {
-        let item = item.trim();
-        if item == "*" {
-            return None;
-        }
-        if let Ok(name) = HeaderName::from_bytes(item.to_ascii_lowercase().as_bytes()) {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-    }
-    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-    Some(names)
-}
-
-/// The bytes that select a Vary variant: each named header's values, normalised
-/// (whitespace around commas folded), separated so that no two requests collide.
-pub fn vary_selector(names: &[HeaderName], request: &HeaderMap) -> Vec<u8> {
-    let mut out = Vec::new();
-    for name in names {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.push(b':');
-        let mut first = true;
-        for value in request.get_all(name) {
-            for part in value.as_bytes().split(|&b| b == b',') {
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                out.extend_from_slice(part.trim_ascii());
-            }
-        }
-        out.push(0);
-    }
-    out
 }
 
 /// A single satisfiable byte range, resolved against the object length.
@@ -368,17 +219,7 @@ pub fn parse_range(value: &HeaderValue, len: u64) -> RangeRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).expect("name"),
-                HeaderValue::from_str(v).expect("value"),
-            );
-        }
-        h
-    }
+    use crate::testing::map;
 
     #[test]
     fn forwarded_for_modes() {
@@ -439,22 +280,6 @@ mod tests {
     }
 
     #[test]
-    fn ignore_reload_drops_reloads_only() {
-        for reload in [
-            &[("cache-control", "no-cache")][..],
-            &[("pragma", "no-cache")],
-            &[("cache-control", "max-age=0")],
-        ] {
-            let mut d = RequestDirectives::parse(&map(reload));
-            d.ignore_reload();
-            assert_eq!(d, RequestDirectives::default(), "{reload:?}");
-        }
-        let mut d = RequestDirectives::parse(&map(&[("cache-control", "max-age=5, no-store")]));
-        d.ignore_reload();
-        assert_eq!((d.max_age, d.no_store), (Some(5), true));
-    }
-
-    #[test]
     fn hop_by_hop_and_connection_named_headers_go() {
         let mut h = map(&[
             ("connection", "close, x-secret"),
@@ -476,51 +301,6 @@ mod tests {
         assert!(via_contains(&h, "cache1"));
         assert!(!via_contains(&h, "cache2"));
         assert_eq!(via_hops(&h), 2);
-    }
-
-    #[test]
-    fn request_directives() {
-        let d = RequestDirectives::parse(&map(&[
-            ("cache-control", "max-age=5, Min-Fresh=\"2\""),
-            ("cache-control", "max-stale, only-if-cached"),
-        ]));
-        assert_eq!(d.max_age, Some(5));
-        assert_eq!(d.min_fresh, Some(2));
-        assert_eq!(d.max_stale, Some(None));
-        assert!(d.only_if_cached && !d.no_cache);
-        assert!(RequestDirectives::parse(&map(&[("pragma", "no-cache")])).no_cache);
-        // Cache-Control wins over Pragma when both are present.
-        assert!(
-            !RequestDirectives::parse(&map(&[
-                ("pragma", "no-cache"),
-                ("cache-control", "max-age=1")
-            ]))
-            .no_cache
-        );
-    }
-
-    #[test]
-    fn response_directives() {
-        let d = ResponseDirectives::parse(&map(&[(
-            "cache-control",
-            "max-age=1, stale-while-revalidate=30, stale-if-error=60, proxy-revalidate",
-        )]));
-        assert_eq!(d.stale_while_revalidate, Some(30));
-        assert_eq!(d.stale_if_error, Some(60));
-        assert!(d.must_revalidate);
-    }
-
-    #[test]
-    fn vary() {
-        assert_eq!(vary_names(&map(&[("vary", "*")])), None);
-        let names =
-            vary_names(&map(&[("vary", "Accept-Encoding, accept-language")])).expect("names");
-        assert_eq!(names.len(), 2);
-        let a = vary_selector(&names, &map(&[("accept-encoding", "gzip,  br")]));
-        let b = vary_selector(&names, &map(&[("accept-encoding", "gzip, br")]));
-        let c = vary_selector(&names, &map(&[("accept-encoding", "br")]));
-        assert_eq!(a, b);
-        assert_ne!(a, c);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! A request enters through [`server`] (listeners, ACL, limits, shutdown), is handled by
 //! `service` (the request lifecycle, described there), which consults the [`cache`] (store,
-//! Vary, collapsed forwarding, store events) under the rules of [`semantics`] (RFC 9111, pure),
+//! Vary, collapsed forwarding, store events) under the rules of [`storable`] and [`semantics`] (RFC 9111, pure; [`directives`] and [`vary`] read the fields they need),
 //! and goes upstream through [`upstream`] (persistent pooled connections). The response body
 //! ([`body`]) streams back to the client, captures a copy for the store when allowed, and ends
 //! the transaction with one line in the [`accesslog`] and the [`metrics`]. [`efficiency`] times
@@ -30,6 +30,7 @@ mod caching;
 pub mod config;
 pub mod coop;
 mod decide;
+pub mod directives;
 pub mod directory;
 pub mod efficiency;
 pub mod error;
@@ -46,9 +47,13 @@ pub mod semantics;
 pub mod server;
 mod service;
 pub mod sockopt;
+pub mod storable;
 pub mod summary;
+#[cfg(test)]
+mod testing;
 mod tunnel;
 pub mod upstream;
+pub mod vary;
 pub mod zerocopy;
 
 use std::net::SocketAddr;

@@ -1,18 +1,18 @@
 //! HTTP caching rules (RFC 9111), kept pure: every function takes `now`.
 //!
-//! Storability and the freshness lifetime (explicit or heuristic) come from the
-//! `http-cache-semantics` crate at admission time; we keep only the numbers it yields in a
-//! compact [`Freshness`] record, so that a cached object costs a few bytes of metadata rather
-//! than a second copy of both header maps. What happens on a later request — request
-//! directives, serving stale, revalidation and 304 merging — is decided here.
+//! Whether a response is stored, and its freshness, is decided once on arrival
+//! ([`crate::storable`]); a stored object keeps only the numbers that yields in a compact
+//! [`Freshness`] record, so that it costs a few bytes of metadata rather than a second copy of
+//! both header maps. What happens on a later request — request directives, serving stale,
+//! revalidation and 304 merging — is decided here.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{request, response, Method, StatusCode};
-use http_cache_semantics::{CacheOptions, CachePolicy};
+use http::{request, response, StatusCode};
 
-use crate::headers::{RequestDirectives, ResponseDirectives};
+use crate::directives::{RequestDirectives, ResponseDirectives};
+use crate::storable::{self, Policy};
 
 /// Freshness facts of a stored response, fixed when it was received.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,46 +44,6 @@ fn secs(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-fn clamp32(d: Duration) -> u32 {
-    u32::try_from(d.as_secs()).unwrap_or(u32::MAX)
-}
-
-/// Borrowed request fields, to ask the policy without cloning a request.
-struct RequestView<'a> {
-    method: &'a Method,
-    uri: &'a http::Uri,
-    headers: &'a HeaderMap,
-}
-
-impl http_cache_semantics::RequestLike for RequestView<'_> {
-    fn uri(&self) -> http::Uri {
-        self.uri.clone()
-    }
-    fn is_same_uri(&self, other: &http::Uri) -> bool {
-        self.uri == other
-    }
-    fn method(&self) -> &Method {
-        self.method
-    }
-    fn headers(&self) -> &HeaderMap {
-        self.headers
-    }
-}
-
-struct ResponseView<'a> {
-    status: StatusCode,
-    headers: &'a HeaderMap,
-}
-
-impl http_cache_semantics::ResponseLike for ResponseView<'_> {
-    fn status(&self) -> StatusCode {
-        self.status
-    }
-    fn headers(&self) -> &HeaderMap {
-        self.headers
-    }
 }
 
 /// A refresh pattern's numbers (Squid's `refresh_pattern regex min percent max [options]`),
@@ -148,9 +108,8 @@ impl Refresh {
 }
 
 impl Freshness {
-    /// Decides whether a response to `req` may be stored, and if so its freshness.
-    /// Returns `None` for what a shared cache must not store, and for what it could never
-    /// reuse (no freshness lifetime and no validator to revalidate with).
+    /// Decides whether a response to `req` may be stored, and if so its freshness, with the
+    /// default policy but for `heuristic_fraction` (see [`storable::assess`]).
     pub fn for_exchange(
         req: &request::Parts,
         status: StatusCode,
@@ -158,74 +117,17 @@ impl Freshness {
         response_time: SystemTime,
         heuristic_fraction: f32,
     ) -> Option<Freshness> {
-        Self::for_exchange_with(
-            req,
+        storable::assess(
+            &req.headers,
+            &req.method,
             status,
             res_headers,
             response_time,
-            heuristic_fraction,
-            None,
+            &Policy {
+                heuristic_fraction,
+                ..Policy::default()
+            },
         )
-    }
-
-    /// As [`Freshness::for_exchange`], with the refresh pattern that matches the URL, if any:
-    /// it replaces the `heuristic_fraction` heuristic and may lengthen explicit freshness
-    /// ([`Refresh::lifetime`]). It does not touch responses the cache must always validate or
-    /// never reuse (`no-cache`, `Pragma: no-cache`, `proxy-revalidate`, `Set-Cookie` without
-    /// `public`, `Vary: *`), nor make storable what is not.
-    pub fn for_exchange_with(
-        req: &request::Parts,
-        status: StatusCode,
-        res_headers: &HeaderMap,
-        response_time: SystemTime,
-        heuristic_fraction: f32,
-        refresh: Option<&Refresh>,
-    ) -> Option<Freshness> {
-        if req.method != Method::GET {
-            return None;
-        }
-        let opts = CacheOptions {
-            shared: true,
-            cache_heuristic: heuristic_fraction,
-            ..Default::default()
-        };
-        let policy = CachePolicy::new_options(
-            &RequestView {
-                method: &req.method,
-                uri: &req.uri,
-                headers: &req.headers,
-            },
-            &ResponseView {
-                status,
-                headers: res_headers,
-            },
-            response_time,
-            opts,
-        );
-        if !policy.is_storable() {
-            return None;
-        }
-        let age = policy.age(response_time);
-        let mut lifetime = age + policy.time_to_live(response_time);
-        if let Some(refresh) = refresh {
-            let facts = ExpiryFacts::of(res_headers, response_time);
-            if !facts.always_validate {
-                let explicit = facts.explicit.then_some(lifetime.as_secs());
-                let secs = refresh.lifetime(explicit, facts.modified_age, facts.revalidate);
-                lifetime = Duration::from_secs(secs);
-            }
-        }
-        let has_validator = res_headers.contains_key(header::ETAG)
-            || res_headers.contains_key(header::LAST_MODIFIED);
-        if lifetime <= age && !has_validator {
-            return None;
-        }
-        Some(Freshness {
-            response_time: secs(response_time),
-            initial_age: clamp32(age),
-            lifetime: clamp32(lifetime),
-            directives: ResponseDirectives::parse(res_headers),
-        })
     }
 
     /// Current age in seconds (RFC 9111 §4.2.3: initial age plus resident time).
@@ -240,7 +142,7 @@ impl Freshness {
 
     /// Applies the request's directives (RFC 9111 §5.2.1) and the response's stale rules.
     pub fn usability(&self, req: &RequestDirectives, now: SystemTime) -> Usability {
-        if req.no_cache {
+        if req.no_cache || self.directives.no_cache {
             return Usability::MustValidate;
         }
         let age = self.age(now);
@@ -274,65 +176,11 @@ impl Freshness {
     pub fn stale_if_error_allows(&self, now: SystemTime) -> bool {
         let staleness = (-self.ttl(now)).max(0) as u64;
         !self.directives.must_revalidate
+            && !self.directives.no_cache
             && self
                 .directives
                 .stale_if_error
                 .is_some_and(|w| staleness <= u64::from(w))
-    }
-}
-
-/// What a refresh pattern needs to know of a response's own expiry information.
-struct ExpiryFacts {
-    /// `s-maxage`, `max-age` or `Expires`: the response says how long it is fresh.
-    explicit: bool,
-    /// `must-revalidate`, `proxy-revalidate` or `s-maxage`: no override lengthens it.
-    revalidate: bool,
-    /// The cache must validate it at every use, or never reuse it; no pattern changes that
-    /// (`no-cache`, `Pragma: no-cache` without `Cache-Control`, `proxy-revalidate`,
-    /// `Set-Cookie` without `public` or `immutable`, `Vary: *`).
-    always_validate: bool,
-    /// `Date` − `Last-Modified` in seconds, when `Last-Modified` is the earlier.
-    modified_age: Option<u64>,
-}
-
-impl ExpiryFacts {
-    fn of(headers: &HeaderMap, response_time: SystemTime) -> Self {
-        let mut cc = Vec::new();
-        for (name, _) in crate::headers::directives(headers, header::CACHE_CONTROL) {
-            cc.push(name);
-        }
-        let has = |d: &str| cc.iter().any(|n| n == d);
-        let pragma_no_cache = !headers.contains_key(header::CACHE_CONTROL)
-            && crate::headers::directives(headers, header::PRAGMA).any(|(n, _)| n == "no-cache");
-        let vary_star = headers
-            .get_all(header::VARY)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|v| v.trim() == "*");
-        let cookie =
-            headers.contains_key(header::SET_COOKIE) && !has("public") && !has("immutable");
-        let date = |name: HeaderName| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| httpdate::parse_http_date(v).ok())
-        };
-        let served = date(header::DATE).unwrap_or(response_time);
-        let modified_age = date(header::LAST_MODIFIED)
-            .and_then(|lm| served.duration_since(lm).ok())
-            .map(|d| d.as_secs())
-            .filter(|&s| s > 0);
-        ExpiryFacts {
-            explicit: has("s-maxage") || has("max-age") || headers.contains_key(header::EXPIRES),
-            revalidate: has("must-revalidate") || has("proxy-revalidate") || has("s-maxage"),
-            always_validate: has("no-cache")
-                || pragma_no_cache
-                || has("proxy-revalidate")
-                || cookie
-                || vary_star,
-            modified_age,
-        }
     }
 }
 
@@ -475,6 +323,7 @@ pub fn response_parts_for_log(parts: &response::Parts) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{date, map as headers, t};
 
     fn req(pairs: &[(&str, &str)]) -> request::Parts {
         let mut b = http::Request::get("http://example.test/x");
@@ -482,25 +331,6 @@ mod tests {
             b = b.header(*k, *v);
         }
         b.body(()).expect("request").into_parts().0
-    }
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(
-                HeaderName::from_bytes(k.as_bytes()).expect("name"),
-                HeaderValue::from_str(v).expect("value"),
-            );
-        }
-        h
-    }
-
-    fn t(s: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + s)
-    }
-
-    fn date(s: u64) -> String {
-        httpdate::fmt_http_date(t(s))
     }
 
     fn fresh(res: &[(&str, &str)], at: u64) -> Option<Freshness> {
@@ -600,13 +430,16 @@ mod tests {
     #[test]
     fn refresh_patterns_set_the_stored_lifetime() {
         let with = |res: &[(&str, &str)], at: u64, r: Refresh| {
-            Freshness::for_exchange_with(
-                &req(&[]),
+            storable::assess(
+                &HeaderMap::new(),
+                &http::Method::GET,
                 StatusCode::OK,
                 &headers(res),
                 t(at),
-                0.1,
-                Some(&r),
+                &Policy {
+                    refresh: Some(&r),
+                    ..Policy::default()
+                },
             )
         };
         let p = pattern(60, 50, 3600);
@@ -636,11 +469,10 @@ mod tests {
         let zero = [("cache-control", "max-age=0"), ("date", &date(0))];
         assert_eq!(with(&zero, 0, expire).expect("stored").lifetime, 60);
         assert!(with(&zero, 0, p).is_none(), "nothing to reuse it with");
-        // Never lengthened: no-cache, Pragma: no-cache, Set-Cookie without public.
+        // Never lengthened: no-cache, Pragma: no-cache.
         for res in [
             &[("cache-control", "no-cache"), ("etag", "\"a\"")][..],
             &[("pragma", "no-cache"), ("etag", "\"a\"")],
-            &[("set-cookie", "a=1"), ("etag", "\"a\"")],
             &[
                 ("cache-control", "max-age=0, must-revalidate"),
                 ("etag", "\"a\""),

@@ -41,12 +41,14 @@ use crate::cache::{CachedObject, Collapse, FetchGuard, Found, Tier};
 use crate::config::ForwardedFor;
 use crate::coop::{self, Forwarded};
 use crate::decide::{Facts, Requester, Subject};
+use crate::directives::RequestDirectives;
 use crate::error::UpstreamError;
 use crate::guard::ViolationSlot;
-use crate::headers::{self, parse_range, RangeRequest, RequestDirectives};
+use crate::headers::{self, parse_range, RangeRequest};
 use crate::outcome::ResultCode;
 use crate::routing::Directness;
 use crate::semantics::{self, ConditionalHit, Freshness, Usability};
+use crate::storable::{self, Policy};
 use crate::upstream::UpBody;
 use crate::{tunnel, Shared};
 
@@ -283,7 +285,8 @@ fn outgoing<'a>(
     std::borrow::Cow::Owned(owned)
 }
 
-/// The freshness of a response to `req` for `url`, under the refresh pattern that matches it.
+/// The freshness of a response to `req` for `url` (see [`storable::assess`]), under the
+/// refresh pattern that matches it and the node's targeted cache-control fields.
 fn freshness_of(
     shared: &Shared,
     req: &request::Parts,
@@ -292,13 +295,17 @@ fn freshness_of(
     headers: &HeaderMap,
     now: SystemTime,
 ) -> Option<Freshness> {
-    Freshness::for_exchange_with(
-        req,
+    storable::assess(
+        &req.headers,
+        &req.method,
         status,
         headers,
         now,
-        shared.config.cache.heuristic_fraction,
-        shared.caching.refresh(url),
+        &Policy {
+            heuristic_fraction: shared.config.cache.heuristic_fraction,
+            refresh: shared.caching.refresh(url),
+            targeted: shared.caching.targeted(),
+        },
     )
 }
 

@@ -189,11 +189,108 @@ fn scenarios() -> Vec<(&'static str, Vec<Step>)> {
             step(GET, "/t?cc=max-age=60&etag=v1&lm=1000", 304, "HIT", "TCP_INM_HIT/304", 1).with(&[("if-none-match", "\"v1\"")]).len(0),
             step(GET, "/t?cc=max-age=60&etag=v1&lm=1000", 200, "HIT", "TCP_MEM_HIT/200", 1).with(&[("if-none-match", "\"v2\"")]),
         ]),
-        ("uncacheable statuses and chunked bodies", vec![
-            step(GET, "/w?status=500&cc=max-age=60", 500, "MISS", "TCP_MISS/500", 1),
-            step(GET, "/w?status=500&cc=max-age=60", 500, "MISS", "TCP_MISS/500", 2),
+        ("a status without explicit freshness that is not heuristically cacheable, and chunked bodies", vec![
+            step(GET, "/w?status=500&lm=100000", 500, "MISS", "TCP_MISS/500", 1),
+            step(GET, "/w?status=500&lm=100000", 500, "MISS", "TCP_MISS/500", 2),
+            step(GET, "/w2?status=302&lm=100000", 302, "MISS", "TCP_MISS/302", 1),
+            step(GET, "/w2?status=302&lm=100000", 302, "MISS", "TCP_MISS/302", 2),
             step(GET, "/x?size=70000&chunked=1&cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1).len(70000),
             step(GET, "/x?size=70000&chunked=1&cc=max-age=60", 200, "HIT", "TCP_MEM_HIT/200", 1).len(70000),
+        ]),
+        // RFC 9111 §4.1: `*` anywhere in the Vary list, on any line, is never matched.
+        ("Vary with * among other members is never reused", vec![
+            step(GET, "/va?cc=max-age=60&vary=Foo,%20*", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/va?cc=max-age=60&vary=Foo,%20*", 200, "MISS", "TCP_MISS/200", 2),
+            step(GET, "/vb?cc=max-age=60&vary=*,%20Foo", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/vb?cc=max-age=60&vary=*,%20Foo", 200, "MISS", "TCP_MISS/200", 2),
+            step(GET, "/vc?cc=max-age=60&vary=*,%20*", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/vc?cc=max-age=60&vary=*,%20*", 200, "MISS", "TCP_MISS/200", 2),
+            step(GET, "/vd?cc=max-age=60&vary=,%20*", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/vd?cc=max-age=60&vary=,%20*", 200, "MISS", "TCP_MISS/200", 2),
+            step(GET, "/ve?cc=max-age=60&hdr=Vary:Foo&hdr=Vary:*", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ve?cc=max-age=60&hdr=Vary:Foo&hdr=Vary:*", 200, "MISS", "TCP_MISS/200", 2),
+        ]),
+        // RFC 9111 §5.2: directive names are case-insensitive.
+        ("Cache-Control directive names are case-insensitive", vec![
+            step(GET, "/ci1?cc=MaX-AgE=60", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ci1?cc=MaX-AgE=60", 200, "HIT", "TCP_MEM_HIT/200", 1),
+            step(GET, "/ci2?cc=max-age=60,%20No-CaChE&etag=v1", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ci2?cc=max-age=60,%20No-CaChE&etag=v1", 200, "HIT", "TCP_REFRESH_UNMODIFIED/200", 2),
+            step(GET, "/ci3?cc=max-age=60,%20NO-STORE", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ci3?cc=max-age=60,%20NO-STORE", 200, "MISS", "TCP_MISS/200", 2),
+            step(GET, "/ci4?cc=max-age=60,%20Private", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ci4?cc=max-age=60,%20Private", 200, "MISS", "TCP_MISS/200", 2),
+            // A request's directives too.
+            step(GET, "/ci1?cc=MaX-AgE=60", 200, "MISS", "TCP_REFRESH_MODIFIED/200", 2).with(&[("cache-control", "No-Cache")]),
+        ]),
+        // RFC 9111 §5.3: an invalid Expires means already expired, not "no Expires".
+        ("an invalid Expires is already expired", vec![
+            step(GET, "/ex1?hdr=Expires:Thu,%20%2001%20Jan%202099%2000:00:00%20GMT&lm=100000", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ex1?hdr=Expires:Thu,%20%2001%20Jan%202099%2000:00:00%20GMT&lm=100000", 200, "HIT", "TCP_REFRESH_UNMODIFIED/200", 2),
+            step(GET, "/ex2?hdr=Expires:0", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ex2?hdr=Expires:0", 200, "MISS", "TCP_MISS/200", 2),
+        ]),
+        ("Expires in the obsolete RFC 850 and asctime formats", vec![
+            step(GET, "/ex3?hdr=Expires:Sunday,%2001-Jan-40%2000:00:00%20GMT", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ex3?hdr=Expires:Sunday,%2001-Jan-40%2000:00:00%20GMT", 200, "HIT", "TCP_MEM_HIT/200", 1),
+            step(GET, "/ex4?hdr=Expires:Sun%20Jan%20%201%2000:00:00%202090", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ex4?hdr=Expires:Sun%20Jan%20%201%2000:00:00%202090", 200, "HIT", "TCP_MEM_HIT/200", 1),
+        ]),
+        // RFC 9111 §5.1 / §4.2.3: an Age that is not one non-negative integer makes it stale.
+        ("an invalid Age makes the stored response stale", vec![
+            step(GET, "/ag1?cc=max-age=600&etag=v1&hdr=Age:old,%200", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ag1?cc=max-age=600&etag=v1&hdr=Age:old,%200", 200, "HIT", "TCP_REFRESH_UNMODIFIED/200", 2),
+            step(GET, "/ag2?cc=max-age=600&etag=v1&hdr=Age:abc", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ag2?cc=max-age=600&etag=v1&hdr=Age:abc", 200, "HIT", "TCP_REFRESH_UNMODIFIED/200", 2),
+            step(GET, "/ag3?cc=max-age=600&hdr=Age:abc", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/ag3?cc=max-age=600&hdr=Age:abc", 200, "MISS", "TCP_MISS/200", 2),
+        ]),
+        // RFC 9111 §3.1: Set-Cookie is stored with the response and served on hits.
+        ("Set-Cookie is stored and a fresh response carrying it reused", vec![
+            step(GET, "/ck?cc=max-age=60&setcookie=1", 200, "MISS", "TCP_MISS/200", 1).expect("set-cookie", "lab=1; Path=/"),
+            step(GET, "/ck?cc=max-age=60&setcookie=1", 200, "HIT", "TCP_MEM_HIT/200", 1).expect("set-cookie", "lab=1; Path=/"),
+        ]),
+        // RFC 9111 §3: any final status with explicit freshness; heuristics only for some.
+        ("fresh responses of any final status with explicit freshness are reused", vec![
+            step(GET, "/fs1?status=299&cc=max-age=60", 299, "MISS", "TCP_MISS/299", 1),
+            step(GET, "/fs1?status=299&cc=max-age=60", 299, "HIT", "TCP_MEM_HIT/299", 1),
+            step(GET, "/fs2?status=400&cc=max-age=60", 400, "MISS", "TCP_MISS/400", 1),
+            step(GET, "/fs2?status=400&cc=max-age=60", 400, "HIT", "TCP_MEM_HIT/400", 1),
+            step(GET, "/fs3?status=503&cc=max-age=60", 503, "MISS", "TCP_MISS/503", 1),
+            step(GET, "/fs3?status=503&cc=max-age=60", 503, "HIT", "TCP_MEM_HIT/503", 1),
+            step(GET, "/fs4?status=599&cc=max-age=60", 599, "MISS", "TCP_MISS/599", 1),
+            step(GET, "/fs4?status=599&cc=max-age=60", 599, "HIT", "TCP_MEM_HIT/599", 1),
+            step(GET, "/fs5?status=410&lm=100000", 410, "MISS", "TCP_MISS/410", 1),
+            step(GET, "/fs5?status=410&lm=100000", 410, "HIT", "TCP_MEM_HIT/410", 1),
+        ]),
+        // RFC 9111 §5.2.2.3.
+        ("must-understand: stored over no-store for a status the cache understands", vec![
+            step(GET, "/mu1?cc=must-understand,%20no-store,%20max-age=60", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/mu1?cc=must-understand,%20no-store,%20max-age=60", 200, "HIT", "TCP_MEM_HIT/200", 1),
+            step(GET, "/mu2?status=299&cc=must-understand,%20no-store,%20max-age=60", 299, "MISS", "TCP_MISS/299", 1),
+            step(GET, "/mu2?status=299&cc=must-understand,%20no-store,%20max-age=60", 299, "MISS", "TCP_MISS/299", 2),
+        ]),
+        // RFC 9111 §4.3.1: a weak ETag validates too (the strong one is in the scenarios above).
+        ("revalidation with a weak ETag", vec![
+            step(GET, "/wv?cc=max-age=1&etag=W/%22w1%22", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/wv?cc=max-age=1&etag=W/%22w1%22", 200, "HIT", "TCP_REFRESH_UNMODIFIED/200", 2).after(2100),
+        ]),
+        // RFC 9110 §13.1.3: a fresh stored response without Last-Modified still answers an
+        // If-Modified-Since by its Date.
+        ("a client's If-Modified-Since answered without Last-Modified", vec![
+            step(GET, "/im?cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/im?cc=max-age=60", 304, "HIT", "TCP_IMS_HIT/304", 1).with(&[("if-modified-since", "Fri, 01 Jan 2094 00:00:00 GMT")]).len(0),
+        ]),
+        // RFC 9111 §4.1 allows normalising the selecting fields' values.
+        ("Accept-Language is normalised for Vary matching", vec![
+            step(GET, "/al?cc=max-age=60&vary=Accept-Language", 200, "MISS", "TCP_MISS/200", 1).with(&[("accept-language", "en-US, fr;q=0.5")]),
+            step(GET, "/al?cc=max-age=60&vary=Accept-Language", 200, "HIT", "TCP_MEM_HIT/200", 1).with(&[("accept-language", "fr;q=0.50, en-us")]),
+            step(GET, "/al?cc=max-age=60&vary=Accept-Language", 200, "MISS", "TCP_MISS/200", 2).with(&[("accept-language", "fr, en-us;q=0.5")]),
+        ]),
+        // A no-cache response may not be served stale even when the client allows it.
+        ("no-cache is validated even under max-stale", vec![
+            step(GET, "/nm?cc=no-cache&etag=v1", 200, "MISS", "TCP_MISS/200", 1),
+            step(GET, "/nm?cc=no-cache&etag=v1", 200, "HIT", "TCP_REFRESH_UNMODIFIED/200", 2).with(&[("cache-control", "max-stale=600")]),
         ]),
         ("objects over max_object_size are relayed whole but not stored", vec![
             step(GET, "/y?size=300000&cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1).len(300000),

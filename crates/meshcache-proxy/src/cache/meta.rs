@@ -5,7 +5,8 @@
 //! ```text
 //! response (format 1):
 //!   u8 1 · u16 status · u64 response_time · u32 initial_age · u32 lifetime
-//!   u8 flags (1 must-revalidate, 2 stale-while-revalidate given, 4 stale-if-error given)
+//!   u8 flags (1 must-revalidate, 2 stale-while-revalidate given, 4 stale-if-error given,
+//!     8 no-cache)
 //!   u32 stale_while_revalidate · u32 stale_if_error
 //!   u16 field count, then per field: u16 name length, name, u32 value length, value
 //! Vary marker (format 1):
@@ -23,7 +24,7 @@ use http::StatusCode;
 use meshcache_store::StoreKey;
 
 use super::object::CachedObject;
-use crate::headers::ResponseDirectives;
+use crate::directives::ResponseDirectives;
 use crate::semantics::Freshness;
 
 const FORMAT: u8 = 1;
@@ -56,7 +57,8 @@ pub fn encode_object(object: &CachedObject) -> Vec<u8> {
     let d = &f.directives;
     let flags = u8::from(d.must_revalidate)
         | u8::from(d.stale_while_revalidate.is_some()) << 1
-        | u8::from(d.stale_if_error.is_some()) << 2;
+        | u8::from(d.stale_if_error.is_some()) << 2
+        | u8::from(d.no_cache) << 3;
     out.push(flags);
     out.extend_from_slice(&d.stale_while_revalidate.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&d.stale_if_error.unwrap_or(0).to_le_bytes());
@@ -177,6 +179,7 @@ pub fn decode_object(meta: Bytes, body: Bytes) -> Result<CachedObject, MetaError
         lifetime,
         directives: ResponseDirectives {
             must_revalidate: flags & 1 != 0,
+            no_cache: flags & 8 != 0,
             stale_while_revalidate: (flags & 2 != 0).then_some(swr),
             stale_if_error: (flags & 4 != 0).then_some(sie),
         },
@@ -228,20 +231,23 @@ mod tests {
             any::<u64>(),
             any::<u32>(),
             any::<u32>(),
-            any::<bool>(),
+            any::<(bool, bool)>(),
             any::<Option<u32>>(),
             any::<Option<u32>>(),
         )
             .prop_map(
-                |(response_time, initial_age, lifetime, must_revalidate, swr, sie)| Freshness {
-                    response_time,
-                    initial_age,
-                    lifetime,
-                    directives: ResponseDirectives {
-                        must_revalidate,
-                        stale_while_revalidate: swr,
-                        stale_if_error: sie,
-                    },
+                |(response_time, initial_age, lifetime, (must_revalidate, no_cache), swr, sie)| {
+                    Freshness {
+                        response_time,
+                        initial_age,
+                        lifetime,
+                        directives: ResponseDirectives {
+                            must_revalidate,
+                            no_cache,
+                            stale_while_revalidate: swr,
+                            stale_if_error: sie,
+                        },
+                    }
                 },
             )
     }

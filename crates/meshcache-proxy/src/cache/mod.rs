@@ -46,9 +46,9 @@ use parking_lot::{Mutex, MutexGuard};
 use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 
-use crate::headers::{vary_names, vary_selector};
 use crate::metrics::StoreStats;
 use crate::semantics::Freshness;
+use crate::vary::{vary_names, vary_selector};
 use crate::zerocopy::{self, BodyArena};
 use disks::{DiskTier, Loaded};
 pub use object::{CachedObject, Entry, ENTRY_OVERHEAD};
