@@ -74,6 +74,7 @@
 //! | `ct=T` | `Content-Type: T` (default `application/octet-stream`) |
 //! | `text=T` | the body starts with the text `T` (percent-decoded; `%0A` for a new line) and goes on with the pattern bytes, from offset `len(T)`, up to `size` (at least `T` itself). Not with `chunked` or `stall_ms`. |
 //! | `setcookie=1` | adds `Set-Cookie: lab=N; Path=/` (`N` as in `x-origin-count`) |
+//! | `ranges=1` | honours a single-range `Range` (with `If-Range` naming the ETag, or none) with a 206 and `Content-Range`; without it `Range` is ignored and the whole sent |
 //! | `hdr=Name:Value` | adds the header `Name: Value`; repeatable. It replaces a header of the same name that the emulator would send (repeated `hdr`s of one name all appear). Framing headers (`Content-Length`, `Transfer-Encoding`) are hyper's business: do not set them. |
 //!
 //! ### Behaviour

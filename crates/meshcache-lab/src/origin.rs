@@ -788,6 +788,20 @@ async fn get_or_head(
         }
     }
 
+    if let Some((first, last)) = params
+        .ranges
+        .then(|| honoured_range(req.headers(), params.etag.as_ref(), params.size))
+        .flatten()
+        .filter(|_| req.method() == Method::GET && params.status == StatusCode::OK)
+    {
+        let whole = expected_body(params.size as usize);
+        if let Ok(v) = HeaderValue::from_str(&format!("bytes {first}-{last}/{}", params.size)) {
+            headers.insert(header::CONTENT_RANGE, v);
+        }
+        let part = Bytes::copy_from_slice(&whole[first as usize..=last as usize]);
+        return respond(StatusCode::PARTIAL_CONTENT, headers, OriginBody::fixed(part));
+    }
+
     let body = if req.method() == Method::HEAD {
         if !params.chunked {
             headers.insert(header::CONTENT_LENGTH, HeaderValue::from(params.size));
@@ -803,6 +817,27 @@ async fn get_or_head(
         OriginBody::pattern(params.size, !params.chunked, params.stall)
     };
     respond(params.status, headers, body)
+}
+
+/// The one byte range (`bytes=a-b`, `a-`, `-n`) a request asks of a body of `size` bytes, if
+/// it is satisfiable and its `If-Range` (if any) names the current entity tag.
+fn honoured_range(headers: &HeaderMap, etag: Option<&HeaderValue>, size: u64) -> Option<(u64, u64)> {
+    if let Some(if_range) = headers.get(header::IF_RANGE) {
+        if Some(if_range) != etag {
+            return None;
+        }
+    }
+    let spec = headers.get(header::RANGE)?.to_str().ok()?.trim().strip_prefix("bytes=")?;
+    if spec.contains(',') || size == 0 {
+        return None;
+    }
+    let (first, last) = spec.split_once('-')?;
+    let (first, last) = match (first.trim(), last.trim()) {
+        ("", n) => (size.saturating_sub(n.parse().ok()?), size - 1),
+        (a, "") => (a.parse().ok()?, size - 1),
+        (a, b) => (a.parse().ok()?, b.parse::<u64>().ok()?.min(size - 1)),
+    };
+    (first <= last && last < size).then_some((first, last))
 }
 
 /// Any method but GET, HEAD and CONNECT: reads the request body, answers
@@ -929,6 +964,8 @@ struct Params {
     chunked: bool,
     ct: Option<HeaderValue>,
     setcookie: bool,
+    /// Honour a single-range `Range` request with a 206.
+    ranges: bool,
     hdrs: Vec<(HeaderName, HeaderValue)>,
     text: Option<String>,
 }
@@ -948,6 +985,7 @@ impl Params {
             chunked: false,
             ct: None,
             setcookie: false,
+            ranges: false,
             hdrs: Vec::new(),
             text: None,
         };
@@ -993,6 +1031,7 @@ impl Params {
                 "chunked" => p.chunked = flag(k, &v)?,
                 "ct" => p.ct = Some(header_value(k, &v)?),
                 "setcookie" => p.setcookie = flag(k, &v)?,
+                "ranges" => p.ranges = flag(k, &v)?,
                 "text" => p.text = Some(v.into_owned()),
                 "hdr" => {
                     let (name, value) = v

@@ -146,6 +146,23 @@ fn unlist_connection(headers: &mut HeaderMap, name: &HeaderName) -> bool {
     found
 }
 
+/// A 206's `Content-Range: bytes a-b/N` (RFC 9110 §14.4) as `(a, b, N)`: one range with the
+/// representation's complete length; `None` for anything else (`*` for the length, a range
+/// that is empty or past the length, another unit).
+pub fn parse_content_range(value: &HeaderValue) -> Option<(u64, u64, u64)> {
+    let spec = value.to_str().ok()?.trim().strip_prefix("bytes ")?;
+    let (range, total) = spec.split_once('/')?;
+    let (first, last) = range.split_once('-')?;
+    let digits = |s: &str| {
+        let s = s.trim();
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    let (first, last, total) = (digits(first)?, digits(last)?, digits(total)?);
+    (first <= last && last < total).then_some((first, last, total))
+}
+
 /// A single satisfiable byte range, resolved against the object length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ByteRange {
@@ -301,6 +318,25 @@ mod tests {
         assert!(via_contains(&h, "cache1"));
         assert!(!via_contains(&h, "cache2"));
         assert_eq!(via_hops(&h), 2);
+    }
+
+    #[test]
+    fn content_ranges() {
+        let cr = |s: &str| parse_content_range(&HeaderValue::from_str(s).expect("value"));
+        assert_eq!(cr("bytes 0-9/100"), Some((0, 9, 100)));
+        assert_eq!(cr("bytes 99-99/100"), Some((99, 99, 100)));
+        for bad in [
+            "bytes 0-9/*",
+            "bytes */100",
+            "bytes 9-0/100",
+            "bytes 0-100/100",
+            "items 0-9/100",
+            "bytes 0-9",
+            "bytes -1-9/100",
+            "bytes 0-9/1e3",
+        ] {
+            assert_eq!(cr(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub mod idle;
 pub mod metrics;
 pub mod multicast;
 pub mod outcome;
+mod ranges;
 mod resolve;
 mod routing;
 pub mod semantics;

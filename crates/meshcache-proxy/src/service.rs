@@ -46,6 +46,7 @@ use crate::error::UpstreamError;
 use crate::guard::ViolationSlot;
 use crate::headers::{self, parse_range, RangeRequest};
 use crate::outcome::ResultCode;
+use crate::ranges::{self, PieceHead};
 use crate::routing::Directness;
 use crate::semantics::{self, ConditionalHit, Freshness, Usability};
 use crate::storable::{self, Policy};
@@ -599,6 +600,39 @@ async fn cached(
             Usability::MustValidate => {}
         }
     }
+    // Pieces kept from 206s: a range inside one is served; a GET for the whole completes a
+    // held prefix with a range request for the rest.
+    if parts.method == Method::GET {
+        if let Some(partial) = shared.cache.partial(&target.url) {
+            if parts.headers.contains_key(header::RANGE) {
+                let usable = matches!(
+                    partial.freshness.usability(&directives, now),
+                    Usability::Fresh | Usability::StaleAllowed
+                );
+                if let Some(object) = usable
+                    .then(|| ranges::from_piece(&parts.headers, &partial))
+                    .flatten()
+                {
+                    return serve_stored(
+                        shared,
+                        txn,
+                        &parts,
+                        &object,
+                        ResultCode::TcpMemHit,
+                        now,
+                        "hit; detail=partial",
+                    );
+                }
+            } else if partial.prefix().is_some()
+                && !directives.only_if_cached
+                && !directives.no_store
+                && !parts.headers.contains_key(header::IF_NONE_MATCH)
+                && !parts.headers.contains_key(header::IF_MODIFIED_SINCE)
+            {
+                return Box::pin(complete(shared, txn, parts, target, partial)).await;
+            }
+        }
+    }
     if directives.only_if_cached {
         return refuse(
             shared,
@@ -878,6 +912,106 @@ async fn fetch(
     }
 }
 
+/// A GET for the whole of a representation the cache holds a prefix of: upstream is asked
+/// for the rest (`Range: bytes=L-`, `If-Range`); a 206 that completes the prefix makes the
+/// whole, which is stored and served (`Cache-Status: fwd=partial`). A 200 (the representation
+/// changed) is relayed and stored as any miss; a 206 that does not complete it is dropped and
+/// the whole fetched plainly.
+async fn complete(
+    shared: &Arc<Shared>,
+    mut txn: Transaction,
+    parts: request::Parts,
+    target: Target,
+    partial: crate::cache::partial::Partial,
+) -> Response<ProxyBody> {
+    txn.result = ResultCode::TcpMiss;
+    let Some(prefix) = partial.prefix().cloned() else {
+        return Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await;
+    };
+    let held = prefix.len() as u64;
+    let asked = ranges::rest_request(&parts.headers, &partial, held);
+    let sent = outgoing(shared, &asked, txn.client());
+    let result = coop::forward(shared, &Method::GET, &sent, &target, None, false).await;
+    drop(sent);
+    let fwd = match result {
+        Ok(fwd) => fwd,
+        Err(e) => return upstream_failed(shared, txn, e),
+    };
+    txn.hierarchy = fwd.hier;
+    txn.peer = fwd.lease.peer().map(|ip| ip.to_string());
+    let now = SystemTime::now();
+    let status = fwd.response.status();
+    let head =
+        PieceHead::of(status, fwd.response.headers()).filter(|h| h.completes(&partial, held));
+    let Some(head) = head else {
+        if status == StatusCode::PARTIAL_CONTENT {
+            return Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await;
+        }
+        return relay_response(
+            shared,
+            txn,
+            &parts,
+            &target,
+            fwd,
+            None,
+            ResultCode::TcpMiss,
+            now,
+        );
+    };
+    let Forwarded {
+        response, lease, ..
+    } = fwd;
+    let (mut rparts, body) = response.into_parts();
+    headers::strip_hop_by_hop(&mut rparts.headers);
+    let limit = head.len().min(shared.config.store.max_object_size) as usize;
+    let Ok(rest) = Limited::new(body, limit).collect().await else {
+        // The rest broke off: the client still gets the whole, fetched plainly.
+        return Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await;
+    };
+    lease.release();
+    let fresh = freshness_of(
+        shared,
+        &parts,
+        &target.url,
+        StatusCode::OK,
+        &rparts.headers,
+        now,
+    );
+    let object = ranges::whole(
+        &prefix,
+        &rest.to_bytes(),
+        &head,
+        fresh.unwrap_or(partial.freshness),
+    );
+    if object.body.len() as u64 != partial.total {
+        return Box::pin(fetch(shared, txn, parts, target, None, ResultCode::TcpMiss)).await;
+    }
+    let detail = if fresh.is_some() {
+        let copy = CachedObject::from_parts(
+            object.status,
+            object.headers.clone(),
+            object.body.clone(),
+            object.freshness,
+        );
+        shared.cache.insert(&target.url, &parts.headers, copy);
+        "fwd=partial; stored"
+    } else {
+        "fwd=partial"
+    };
+    let mut resp = serve_stored(
+        shared,
+        txn,
+        &parts,
+        &object,
+        ResultCode::TcpMiss,
+        now,
+        detail,
+    );
+    resp.headers_mut()
+        .insert(X_CACHE.clone(), shared.x_cache_miss.clone());
+    resp
+}
+
 /// Relays an upstream response to the client, capturing it for the store when allowed.
 #[allow(clippy::too_many_arguments)]
 fn relay_response(
@@ -939,7 +1073,46 @@ fn relay_response(
         "fwd=stale"
     }
     .to_owned();
+    // A 206 that can be combined with other pieces of its representation is kept as one.
+    let piece = (partial
+        && rparts.status == StatusCode::PARTIAL_CONTENT
+        && req.method == Method::GET
+        && !(proxy_only || bypass || directives.no_store)
+        && fits)
+        .then(|| PieceHead::of(rparts.status, &rparts.headers))
+        .flatten()
+        .filter(|_| applets::admit(shared, &target.url, &rparts.headers))
+        .and_then(|head| {
+            let f = freshness_of(
+                shared,
+                req,
+                &target.url,
+                StatusCode::OK,
+                &rparts.headers,
+                now,
+            )?;
+            Some((head, f))
+        });
     let capture = match freshness {
+        _ if piece.is_some() => piece.map(|(head, f)| {
+            detail.push_str("; stored");
+            drop(guard);
+            let cache = shared.cache.clone();
+            let url = target.url.clone();
+            let sink = Box::new(move |body: Bytes, _guard: Option<FetchGuard>| {
+                if let Some(piece) = head.piece(body, f) {
+                    cache.keep_partial(&url, piece);
+                }
+            });
+            Capture::new(
+                shared.config.store.max_object_size,
+                shared.cache.memory_limit(),
+                expected,
+                sink,
+                None,
+                None,
+            )
+        }),
         Some(f) if fits && req.method == Method::GET => {
             detail.push_str("; stored");
             let cache = shared.cache.clone();

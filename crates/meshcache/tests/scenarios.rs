@@ -292,6 +292,23 @@ fn scenarios() -> Vec<(&'static str, Vec<Step>)> {
             step(GET, "/nm?cc=no-cache&etag=v1", 200, "MISS", "TCP_MISS/200", 1),
             step(GET, "/nm?cc=no-cache&etag=v1", 200, "HIT", "TCP_REFRESH_UNMODIFIED/200", 2).with(&[("cache-control", "max-stale=600")]),
         ]),
+        // RFC 9111 §3.3 / §3.4: a 206 is kept; a range inside it is answered from it; a GET
+        // for the whole asks only for the rest (the origin counts one more request) and the
+        // two parts are served and stored as one 200, checked byte for byte.
+        ("partial content is stored, reused, and completed by a range request", vec![
+            step(GET, "/pc?size=1000&cc=max-age=60&etag=p1&ranges=1", 206, "MISS", "TCP_MISS/206", 1).with(&[("range", "bytes=0-499")]).len(500).expect("content-range", "bytes 0-499/1000"),
+            step(GET, "/pc?size=1000&cc=max-age=60&etag=p1&ranges=1", 206, "HIT", "TCP_MEM_HIT/206", 1).with(&[("range", "bytes=100-199")]).len(100).expect("content-range", "bytes 100-199/1000"),
+            step(GET, "/pc?size=1000&cc=max-age=60&etag=p1&ranges=1", 200, "MISS", "TCP_MISS/200", 2).len(1000).expect("cache-status", "testcache; fwd=partial; stored*"),
+            step(GET, "/pc?size=1000&cc=max-age=60&etag=p1&ranges=1", 200, "HIT", "TCP_MEM_HIT/200", 2).len(1000),
+            step(GET, "/pc?size=1000&cc=max-age=60&etag=p1&ranges=1", 206, "HIT", "TCP_MEM_HIT/206", 2).with(&[("range", "bytes=900-")]).len(100),
+            // A range the pieces do not hold goes upstream.
+            step(GET, "/pc2?size=1000&cc=max-age=60&etag=p1&ranges=1", 206, "MISS", "TCP_MISS/206", 1).with(&[("range", "bytes=0-99")]).len(100),
+            step(GET, "/pc2?size=1000&cc=max-age=60&etag=p1&ranges=1", 206, "MISS", "TCP_MISS/206", 2).with(&[("range", "bytes=50-149")]).len(100),
+            step(GET, "/pc2?size=1000&cc=max-age=60&etag=p1&ranges=1", 206, "HIT", "TCP_MEM_HIT/206", 2).with(&[("range", "bytes=20-139")]).len(120),
+            // A weak ETag cannot combine pieces: nothing is kept.
+            step(GET, "/pc3?size=1000&cc=max-age=60&etag=W/%22w%22&ranges=1", 206, "MISS", "TCP_MISS/206", 1).with(&[("range", "bytes=0-99")]).len(100),
+            step(GET, "/pc3?size=1000&cc=max-age=60&etag=W/%22w%22&ranges=1", 206, "MISS", "TCP_MISS/206", 2).with(&[("range", "bytes=0-99")]).len(100),
+        ]),
         ("objects over max_object_size are relayed whole but not stored", vec![
             step(GET, "/y?size=300000&cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1).len(300000),
             step(GET, "/y?size=300000&cc=max-age=60", 200, "MISS", "TCP_MISS/200", 2).len(300000),

@@ -25,6 +25,7 @@ mod doorkeeper;
 pub mod meta;
 mod object;
 mod open;
+pub mod partial;
 mod tiers;
 
 use std::collections::HashMap;
@@ -51,6 +52,10 @@ use crate::semantics::Freshness;
 use crate::vary::{vary_names, vary_selector};
 use crate::zerocopy::{self, BodyArena};
 use disks::{DiskTier, Loaded};
+use partial::{Partial, Partials, Piece};
+
+/// The share of the memory store's capacity that partial responses may take (1/N).
+const PARTIALS_SHARE: u64 = 8;
 pub use object::{CachedObject, Entry, ENTRY_OVERHEAD};
 use tiers::Tiers;
 
@@ -176,6 +181,8 @@ struct Inner {
     arena: Option<Arc<BodyArena>>,
     /// The largest object the memory store takes.
     memory_limit: u64,
+    /// Pieces of representations that 206 responses brought (`partial.rs`).
+    partials: Mutex<Partials>,
 }
 
 /// The shared cache: store, collapsed-forwarding table and event stream.
@@ -253,6 +260,7 @@ impl Cache {
                 invalidated: AtomicU64::new(0),
                 arena,
                 memory_limit: config.max_object_size.min(config.capacity),
+                partials: Mutex::new(Partials::new(config.capacity / PARTIALS_SHARE)),
             }),
         }
     }
@@ -440,6 +448,8 @@ impl Cache {
         guard: Option<FetchGuard>,
     ) {
         let key = StoreKey::get(url);
+        // The whole representation supersedes any pieces of it.
+        self.inner.partials.lock().remove(&key);
         if object.body.len() as u64 <= self.inner.memory_limit {
             if let Some(body) = self.arena().and_then(|a| a.place(&object.body)) {
                 object.body = body;
@@ -550,9 +560,38 @@ impl Cache {
         stream
     }
 
+    /// Keeps a 206's piece of `url`'s representation. When the pieces now make the whole, it
+    /// is stored as a 200 (and the pieces forgotten); returns whether it was.
+    pub fn keep_partial(&self, url: &str, piece: Piece) -> bool {
+        let key = StoreKey::get(url);
+        let whole = {
+            let mut partials = self.inner.partials.lock();
+            let Some(partial) = partials.add(key, piece) else {
+                return false;
+            };
+            partial.whole().map(|body| {
+                let headers: HeaderMap = partial.headers.iter().cloned().collect();
+                CachedObject::new(StatusCode::OK, &headers, body, partial.freshness)
+            })
+        };
+        match whole {
+            Some(object) => {
+                self.insert(url, &HeaderMap::new(), object);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The pieces held of `url`'s representation.
+    pub fn partial(&self, url: &str) -> Option<Partial> {
+        self.inner.partials.lock().get(&StoreKey::get(url)).cloned()
+    }
+
     /// Removes whatever is stored for `url`, every variant included.
     pub fn invalidate(&self, url: &str, cause: InvalidateCause) {
         let key = StoreKey::get(url);
+        self.inner.partials.lock().remove(&key);
         // A disk's Vary marker names the variants to drop with it: read it first.
         let on_disk = self.inner.disk_marker(&key);
         let mut tiers = self.inner.tiers.lock();
