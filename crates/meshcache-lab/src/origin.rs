@@ -799,7 +799,11 @@ async fn get_or_head(
             headers.insert(header::CONTENT_RANGE, v);
         }
         let part = Bytes::copy_from_slice(&whole[first as usize..=last as usize]);
-        return respond(StatusCode::PARTIAL_CONTENT, headers, OriginBody::fixed(part));
+        return respond(
+            StatusCode::PARTIAL_CONTENT,
+            headers,
+            OriginBody::fixed(part),
+        );
     }
 
     let body = if req.method() == Method::HEAD {
@@ -821,13 +825,22 @@ async fn get_or_head(
 
 /// The one byte range (`bytes=a-b`, `a-`, `-n`) a request asks of a body of `size` bytes, if
 /// it is satisfiable and its `If-Range` (if any) names the current entity tag.
-fn honoured_range(headers: &HeaderMap, etag: Option<&HeaderValue>, size: u64) -> Option<(u64, u64)> {
+fn honoured_range(
+    headers: &HeaderMap,
+    etag: Option<&HeaderValue>,
+    size: u64,
+) -> Option<(u64, u64)> {
     if let Some(if_range) = headers.get(header::IF_RANGE) {
         if Some(if_range) != etag {
             return None;
         }
     }
-    let spec = headers.get(header::RANGE)?.to_str().ok()?.trim().strip_prefix("bytes=")?;
+    let spec = headers
+        .get(header::RANGE)?
+        .to_str()
+        .ok()?
+        .trim()
+        .strip_prefix("bytes=")?;
     if spec.contains(',') || size == 0 {
         return None;
     }

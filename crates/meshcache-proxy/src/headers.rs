@@ -9,13 +9,15 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use crate::config::ForwardedFor;
 
 /// Headers that describe one connection, never the message (RFC 9110 §7.6.1), plus
-/// the de-facto `Proxy-Connection` and `Keep-Alive`.
-const HOP_BY_HOP: [HeaderName; 8] = [
+/// the de-facto `Proxy-Connection` and `Keep-Alive`, and the `Proxy-*` authentication fields,
+/// which concern one proxy hop and which a cache must not store (RFC 9111 §3.1).
+const HOP_BY_HOP: [HeaderName; 9] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("proxy-authentication-info"),
     header::TE,
     header::TRAILER,
     header::UPGRADE,
@@ -305,6 +307,8 @@ mod tests {
             ("proxy-connection", "keep-alive"),
             ("te", "trailers"),
             ("transfer-encoding", "chunked"),
+            ("proxy-authenticate", "Basic realm=\"x\""),
+            ("proxy-authentication-info", "nextnonce=\"a\""),
             ("x-end-to-end", "kept"),
         ]);
         strip_hop_by_hop(&mut h);

@@ -286,19 +286,21 @@ fn outgoing<'a>(
     std::borrow::Cow::Owned(owned)
 }
 
-/// The freshness of a response to `req` for `url` (see [`storable::assess`]), under the
-/// refresh pattern that matches it and the node's targeted cache-control fields.
+/// The freshness of a response to a GET of `url` with `request` headers (see
+/// [`storable::assess`]), under the refresh pattern that matches it and the node's targeted
+/// cache-control fields. Callers store only what answers a GET; a HEAD's or a POST's response
+/// is assessed as the GET response it stands for.
 fn freshness_of(
     shared: &Shared,
-    req: &request::Parts,
+    request: &HeaderMap,
     url: &str,
     status: StatusCode,
     headers: &HeaderMap,
     now: SystemTime,
 ) -> Option<Freshness> {
     storable::assess(
-        &req.headers,
-        &req.method,
+        request,
+        &Method::GET,
         status,
         headers,
         now,
@@ -597,7 +599,9 @@ async fn cached(
             Usability::MustValidate if parts.method == Method::GET => {
                 return Box::pin(revalidate(shared, txn, parts, target, found)).await;
             }
-            Usability::MustValidate => {}
+            Usability::MustValidate => {
+                return Box::pin(freshen_with_head(shared, txn, parts, target, found)).await;
+            }
         }
     }
     // Pieces kept from 206s: a range inside one is served; a GET for the whole completes a
@@ -912,6 +916,69 @@ async fn fetch(
     }
 }
 
+/// A HEAD for a stored GET response that must be validated: the HEAD goes upstream and is
+/// relayed; a 200 whose validators and length agree with the stored response freshens it (its
+/// fields merged as a 304's would be), one that disagrees invalidates it (RFC 9111 §4.3.5).
+async fn freshen_with_head(
+    shared: &Arc<Shared>,
+    mut txn: Transaction,
+    parts: request::Parts,
+    target: Target,
+    found: Found,
+) -> Response<ProxyBody> {
+    txn.result = ResultCode::TcpMiss;
+    let sent = outgoing(shared, &parts.headers, txn.client());
+    let result = coop::forward(shared, &Method::HEAD, &sent, &target, None, false).await;
+    drop(sent);
+    let fwd = match result {
+        Ok(fwd) => fwd,
+        Err(e) => return upstream_failed(shared, txn, e),
+    };
+    let now = SystemTime::now();
+    if fwd.response.status() == StatusCode::OK {
+        let object = found.object();
+        let stored = object.header_map();
+        let head = fwd.response.headers();
+        let same_length = head
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_none_or(|n| n == object.body.len() as u64);
+        let merged = (same_length && semantics::not_modified_matches(&stored, head))
+            .then(|| semantics::merge_not_modified(&stored, head));
+        let refreshed = merged.and_then(|merged| {
+            let f = freshness_of(
+                shared,
+                &parts.headers,
+                &target.url,
+                object.status,
+                &merged,
+                now,
+            )?;
+            Some(CachedObject::new(
+                object.status,
+                &merged,
+                object.body.clone(),
+                f,
+            ))
+        });
+        match refreshed {
+            Some(object) => shared.cache.insert(&target.url, &parts.headers, object),
+            None => shared.cache.invalidate(&target.url, InvalidateCause::Stale),
+        }
+    }
+    relay_response(
+        shared,
+        txn,
+        &parts,
+        &target,
+        fwd,
+        None,
+        ResultCode::TcpMiss,
+        now,
+    )
+}
+
 /// A GET for the whole of a representation the cache holds a prefix of: upstream is asked
 /// for the rest (`Range: bytes=L-`, `If-Range`); a 206 that completes the prefix makes the
 /// whole, which is stored and served (`Cache-Status: fwd=partial`). A 200 (the representation
@@ -971,7 +1038,7 @@ async fn complete(
     lease.release();
     let fresh = freshness_of(
         shared,
-        &parts,
+        &parts.headers,
         &target.url,
         StatusCode::OK,
         &rparts.headers,
@@ -1052,7 +1119,7 @@ fn relay_response(
     } else {
         freshness_of(
             shared,
-            req,
+            &req.headers,
             &target.url,
             rparts.status,
             &rparts.headers,
@@ -1085,7 +1152,7 @@ fn relay_response(
         .and_then(|head| {
             let f = freshness_of(
                 shared,
-                req,
+                &req.headers,
                 &target.url,
                 StatusCode::OK,
                 &rparts.headers,
@@ -1239,7 +1306,7 @@ async fn revalidate(
             fwd.lease.release();
             let refreshed = match freshness_of(
                 shared,
-                &parts,
+                &parts.headers,
                 &target.url,
                 object.status,
                 &merged,
@@ -1344,8 +1411,14 @@ fn refresh_in_background(
         {
             lease.release();
             let merged = semantics::merge_not_modified(&stored, resp.headers());
-            if let Some(f) = freshness_of(&shared, &parts, &target.url, object.status, &merged, now)
-            {
+            if let Some(f) = freshness_of(
+                &shared,
+                &parts.headers,
+                &target.url,
+                object.status,
+                &merged,
+                now,
+            ) {
                 shared.cache.insert(
                     &target.url,
                     &parts.headers,
@@ -1358,7 +1431,7 @@ fn refresh_in_background(
         headers::strip_hop_by_hop(&mut rparts.headers);
         let Some(f) = freshness_of(
             &shared,
-            &parts,
+            &parts.headers,
             &target.url,
             rparts.status,
             &rparts.headers,

@@ -309,6 +309,12 @@ fn scenarios() -> Vec<(&'static str, Vec<Step>)> {
             step(GET, "/pc3?size=1000&cc=max-age=60&etag=W/%22w%22&ranges=1", 206, "MISS", "TCP_MISS/206", 1).with(&[("range", "bytes=0-99")]).len(100),
             step(GET, "/pc3?size=1000&cc=max-age=60&etag=W/%22w%22&ranges=1", 206, "MISS", "TCP_MISS/206", 2).with(&[("range", "bytes=0-99")]).len(100),
         ]),
+        // RFC 9111 §4.3.5: a HEAD's 200 that agrees with a stale stored GET response freshens it.
+        ("a HEAD freshens a stale stored GET response", vec![
+            step(GET, "/hf?cc=max-age=1&etag=v1&size=10", 200, "MISS", "TCP_MISS/200", 1).len(10),
+            step("HEAD", "/hf?cc=max-age=1&etag=v1&size=10", 200, "MISS", "TCP_MISS/200", 2).after(2100).len(0),
+            step(GET, "/hf?cc=max-age=1&etag=v1&size=10", 200, "HIT", "TCP_MEM_HIT/200", 2).len(10),
+        ]),
         ("objects over max_object_size are relayed whole but not stored", vec![
             step(GET, "/y?size=300000&cc=max-age=60", 200, "MISS", "TCP_MISS/200", 1).len(300000),
             step(GET, "/y?size=300000&cc=max-age=60", 200, "MISS", "TCP_MISS/200", 2).len(300000),
