@@ -892,6 +892,10 @@ fn relay_response(
         ..
     } = fwd;
     let (mut rparts, incoming) = response.into_parts();
+    // We send our own HTTP-version, not the origin's (RFC 9110 §6.2): the server would
+    // otherwise write the received version into the status line, and an HTTP/1.0 origin's
+    // answer would tell an HTTP/1.1 client this hop speaks 1.0 only.
+    rparts.version = Version::HTTP_11;
     txn.hierarchy = hier;
     txn.timed_out = timed_out;
     txn.peer = lease.peer().map(|ip| ip.to_string());
