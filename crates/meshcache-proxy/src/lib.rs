@@ -41,6 +41,7 @@ pub mod metrics;
 pub mod multicast;
 pub mod outcome;
 mod resolve;
+mod reusable_post;
 mod routing;
 pub mod semantics;
 pub mod server;

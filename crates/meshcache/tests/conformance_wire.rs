@@ -1,7 +1,7 @@
 //! RFC 9110 / 9111 on the wire: what the proxy sends and relays when the origin speaks an
-//! older version, sends interim responses, or varies. The origin is scripted byte by byte and
-//! records what reached it; clients are raw sockets where the exact status line matters. Real
-//! sockets on loopback only.
+//! older version, sends interim responses, varies, or answers a POST with a response a GET
+//! may reuse. The origin is scripted byte by byte and records what reached it; clients are
+//! raw sockets where the exact status line matters. Real sockets on loopback only.
 
 mod common;
 
@@ -227,5 +227,119 @@ async fn a_background_refresh_carries_the_headers_vary_selected_on() {
     assert_eq!(&fresh.body[..], b"Guten Tag");
     assert_eq!(proxy.log_code(3).await, "TCP_MEM_HIT/200");
     assert_eq!(origin.count("GET", "/greeting"), 2);
+    proxy.stop().await;
+}
+
+/// POST answers: the POST body names which Content-Location and Cache-Control the origin sends
+/// back (`CL|CC`, either may be empty); GETs get their own body.
+async fn post_origin() -> Scripted {
+    Scripted::start(32, |seen, _| {
+        if seen.method() == "POST" {
+            let asked = String::from_utf8_lossy(&seen.body).into_owned();
+            let (location, cc) = asked.split_once('|').unwrap_or(("", ""));
+            let mut fields = vec![
+                ("Content-Type", "text/plain"),
+                ("Last-Modified", "Mon, 01 Jan 2024 00:00:00 GMT"),
+            ];
+            if !location.is_empty() {
+                fields.push(("Content-Location", location));
+            }
+            if !cc.is_empty() {
+                fields.push(("Cache-Control", cc));
+            }
+            return reply("HTTP/1.1 200 OK", &fields, b"the POST result");
+        }
+        reply(
+            "HTTP/1.1 200 OK",
+            &[
+                ("Cache-Control", "max-age=60"),
+                ("Content-Type", "text/plain"),
+            ],
+            b"the GET result",
+        )
+    })
+    .await
+}
+
+/// POSTs `body` to `url` through the proxy; the status line.
+async fn post(proxy: &Node, origin: &Scripted, url: &str, body: &str) -> String {
+    let extra = format!(
+        "Content-Type: text/plain\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    let req = format!(
+        "POST {url} HTTP/1.1\r\nHost: {}\r\n{extra}Connection: close\r\n\r\n{body}",
+        origin.addr
+    );
+    let got = raw(proxy.addr, req.as_bytes()).await;
+    assert_eq!(raw_body(&got), "the POST result", "{got}");
+    got.lines().next().unwrap_or("").to_owned()
+}
+
+#[tokio::test]
+async fn a_post_response_with_its_own_content_location_and_max_age_is_reused_for_get() {
+    let origin = post_origin().await;
+    let proxy = node(|_| {}).await;
+    let mut line = 0;
+    let mut next_line = || {
+        line += 1;
+        line
+    };
+    // Relative, absolute, and with a stored GET response to replace.
+    for (path, location) in [
+        ("/form", "/form".to_owned()),
+        ("/abs?x=1", origin.url("/abs?x=1")),
+        ("/swap", "swap".to_owned()),
+    ] {
+        let url = origin.url(path);
+        if path == "/swap" {
+            request(proxy.addr, "GET", &url, &[]).await;
+            assert_eq!(proxy.log_code(next_line()).await, "TCP_MISS/200");
+        }
+        let status = post(&proxy, &origin, &url, &format!("{location}|max-age=60")).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert_eq!(proxy.log_code(next_line()).await, "TCP_MISS/200");
+        let got = request(proxy.addr, "GET", &url, &[]).await;
+        assert_eq!(&got.body[..], b"the POST result", "{path}");
+        assert_eq!(got.x_cache(), "HIT", "{path}");
+        assert_eq!(
+            proxy.log_code(next_line()).await,
+            "TCP_MEM_HIT/200",
+            "{path}"
+        );
+        let gets = if path == "/swap" { 1 } else { 0 };
+        assert_eq!(origin.count("GET", path), gets, "{path}");
+        assert_eq!(origin.count("POST", path), 1, "{path}");
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_post_response_is_not_reused_without_its_own_content_location_and_explicit_freshness() {
+    let origin = post_origin().await;
+    let proxy = node(|_| {}).await;
+    let other = origin.url("/elsewhere");
+    for (path, asked) in [
+        ("/moved", "/elsewhere|max-age=60".to_owned()),
+        (
+            "/foreign",
+            format!("http://127.0.0.2:{}/foreign|max-age=60", origin.addr.port()),
+        ),
+        ("/heuristic", "/heuristic|".to_owned()),
+        ("/none", "|max-age=60".to_owned()),
+        ("/private", "/private|private, max-age=60".to_owned()),
+        ("/nostore", "/nostore|no-store, max-age=60".to_owned()),
+    ] {
+        let url = origin.url(path);
+        post(&proxy, &origin, &url, &asked).await;
+        let got = request(proxy.addr, "GET", &url, &[]).await;
+        assert_eq!(&got.body[..], b"the GET result", "{path}");
+        assert_eq!(got.x_cache(), "MISS", "{path}");
+        assert_eq!(origin.count("GET", path), 1, "{path}");
+    }
+    // Nor stored under the Content-Location that differs.
+    let got = request(proxy.addr, "GET", &other, &[]).await;
+    assert_eq!(&got.body[..], b"the GET result");
+    assert_eq!(origin.count("GET", "/elsewhere"), 1);
     proxy.stop().await;
 }
