@@ -43,6 +43,7 @@ pub mod multicast;
 pub mod outcome;
 mod ranges;
 mod resolve;
+mod reusable_post;
 mod routing;
 pub mod semantics;
 pub mod server;

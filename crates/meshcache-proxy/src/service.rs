@@ -13,6 +13,7 @@
 //!   │                 │                                            └─► 200: relay and store
 //!   │                 └─ miss ─► collapse ─────► one upstream fetch, relayed and captured
 //!   └─ other methods ─► relay; a success invalidates the URL
+//!                         └─ POST naming its own URL, fresh ─► stored as that URL's GET
 //! ```
 //!
 //! Every "serve" of a stored object goes through `serve_hit`: the document's applet, if it has
@@ -1079,7 +1080,8 @@ async fn complete(
     resp
 }
 
-/// Relays an upstream response to the client, capturing it for the store when allowed.
+/// Relays an upstream response to the client, capturing it for the store when allowed: only
+/// when `req` is a GET (a POST whose response may answer GETs comes as its GET view).
 #[allow(clippy::too_many_arguments)]
 fn relay_response(
     shared: &Arc<Shared>,
@@ -1100,6 +1102,10 @@ fn relay_response(
         ..
     } = fwd;
     let (mut rparts, incoming) = response.into_parts();
+    // We send our own HTTP-version, not the origin's (RFC 9110 §6.2): the server would
+    // otherwise write the received version into the status line, and an HTTP/1.0 origin's
+    // answer would tell an HTTP/1.1 client this hop speaks 1.0 only.
+    rparts.version = Version::HTTP_11;
     txn.hierarchy = hier;
     txn.timed_out = timed_out;
     txn.peer = lease.peer().map(|ip| ip.to_string());
@@ -1456,7 +1462,9 @@ fn refresh_in_background(
 }
 
 /// Methods other than GET and HEAD: relay both ways; a success invalidates the URL
-/// (RFC 9111 §4.4), and the URLs in Location and Content-Location on the same host.
+/// (RFC 9111 §4.4), and the URLs in Location and Content-Location on the same host. A POST
+/// response that names its own URL in Content-Location and says how long it is fresh is then
+/// stored as that URL's GET response (RFC 9110 §9.3.3; `reusable_post.rs`).
 async fn pass_through(
     shared: &Arc<Shared>,
     mut txn: Transaction,
@@ -1489,10 +1497,19 @@ async fn pass_through(
                     }
                 }
             }
+            // A POST answered with its own URL's current representation and an explicit
+            // lifetime is captured as that URL's GET response, once the invalidation above
+            // has removed what was stored.
+            let as_get = crate::reusable_post::as_get(
+                &parts,
+                &target,
+                fwd.response.status(),
+                fwd.response.headers(),
+            );
             relay_response(
                 shared,
                 txn,
-                &parts,
+                as_get.as_ref().unwrap_or(&parts),
                 &target,
                 fwd,
                 None,
@@ -1519,7 +1536,7 @@ async fn pass_through(
 /// network-path, absolute-path, relative-path and query-only references, dot segments removed,
 /// the fragment dropped) into a cache key. `None` unless the result is on the target's origin
 /// (scheme, host and port): RFC 9111 §4.4 forbids invalidating another origin's URLs.
-fn same_origin_url(target: &Target, reference: &str) -> Option<String> {
+pub(crate) fn same_origin_url(target: &Target, reference: &str) -> Option<String> {
     let reference = reference.split('#').next().unwrap_or("");
     let origin = &target.url[..target.url.len() - target.path.len()];
     let (base_path, _) = target.path.split_once('?').unwrap_or((&target.path, ""));

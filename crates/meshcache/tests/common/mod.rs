@@ -1,6 +1,8 @@
 //! Test harness: a real proxy on an ephemeral loopback port, a real origin, and small clients.
 #![allow(dead_code)]
 
+pub mod scripted;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
