@@ -41,7 +41,7 @@ use crate::efficiency::{Category, Source, Timed};
 use crate::error::UpstreamError;
 use crate::headers;
 use crate::routing::Directness;
-use crate::service::Target;
+use crate::target::Target;
 use crate::upstream::{Lease, UpBody};
 use crate::Shared;
 

@@ -51,6 +51,7 @@ mod service;
 pub mod sockopt;
 pub mod storable;
 pub mod summary;
+mod target;
 #[cfg(test)]
 mod testing;
 mod tunnel;

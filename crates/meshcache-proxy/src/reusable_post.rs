@@ -14,7 +14,8 @@
 use http::header::{self, HeaderMap};
 use http::{request, Method, StatusCode};
 
-use crate::service::{same_origin_url, Target};
+use crate::directives::ResponseCacheControl;
+use crate::target::{same_origin_url, Target};
 
 /// The request as a GET, when `req` is a POST whose response (`status`, `headers`) may be
 /// stored as the GET response for the target URL; `None` otherwise.
@@ -47,17 +48,8 @@ fn represents_target(status: StatusCode) -> bool {
 /// The response states its own lifetime (`s-maxage`, `max-age` or `Expires`, RFC 9111
 /// §4.2.1): a heuristic lifetime is not enough for a POST response (RFC 9110 §9.3.3).
 fn explicitly_fresh(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::EXPIRES)
-        || headers
-            .get_all(header::CACHE_CONTROL)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|d| d.split('=').next())
-            .any(|d| {
-                let d = d.trim();
-                d.eq_ignore_ascii_case("max-age") || d.eq_ignore_ascii_case("s-maxage")
-            })
+    let cc = ResponseCacheControl::parse(headers);
+    headers.contains_key(header::EXPIRES) || cc.max_age.is_some() || cc.s_maxage.is_some()
 }
 
 #[cfg(test)]
