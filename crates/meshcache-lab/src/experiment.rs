@@ -573,6 +573,21 @@ impl Experiment {
                     }
                 }
             }
+            // The run would refuse it only when it comes to this configuration.
+            let node = |p: &str| topo.nodes.iter().any(|n| n.name == p);
+            if c.multicast_mode.as_deref() == Some("ip")
+                && self.link.iter().any(|l| {
+                    c.links.as_ref().is_none_or(|sel| sel.contains(&l.name))
+                        && node(&l.from)
+                        && node(&l.to)
+                })
+            {
+                return Err(invalid(
+                    key("multicast_mode"),
+                    "\"ip\" with a link between two nodes: the group would bypass the link \
+                     (leave it \"auto\" or make it \"logical\")",
+                ));
+            }
             if let Some(sel) = &c.links {
                 for l in sel {
                     if !links.contains(l.as_str()) {
@@ -633,6 +648,24 @@ mod tests {
             .expect_err("meshcache only")
             .to_string();
         assert!(err.contains("products"), "{err}");
+    }
+
+    #[test]
+    fn ip_multicast_across_a_link_between_nodes_is_refused_when_read() {
+        let link =
+            "[[link]]\nname = \"l\"\nfrom = \"n0\"\nto = \"n1\"\nprofile = { delay = \"1ms\" }\n";
+        let file = |mode: &str, links: &str| {
+            format!(
+                "name = \"x\"\n[workload]\nmodel = \"benchmark\"\n{link}\n[[config]]\nname = \"c\"\n\
+                 topology = \"4.0\"\nprotocol = \"multicast\"\nmulticast_mode = \"{mode}\"\n{links}\n"
+            )
+        };
+        let err = Experiment::from_toml(&file("ip", ""))
+            .expect_err("ip across a link")
+            .to_string();
+        assert!(err.contains("config[0].multicast_mode"), "{err}");
+        Experiment::from_toml(&file("logical", "")).expect("logical is fine");
+        Experiment::from_toml(&file("ip", "links = []")).expect("no link in use");
     }
 
     #[test]

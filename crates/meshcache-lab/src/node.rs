@@ -21,6 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::experiment::Product;
+use crate::squid_user::Account;
 use crate::topology::Role;
 
 /// HTTP port of every node.
@@ -33,6 +34,13 @@ pub const ADMIN_PORT: u16 = 3180;
 /// The address of node `i`.
 pub fn node_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 10 + i as u8)
+}
+
+/// Whether nodes of a cooperation protocol speak ICP to their neighbours (and so listen on
+/// [`ICP_PORT`]): ICP, Summary Cache's ICP queries, the directory's messages and queries, or the
+/// multicast search's queries and hits.
+pub fn speaks_icp(protocol: &str) -> bool {
+    matches!(protocol, "icp" | "summary" | "directory" | "multicast")
 }
 
 /// How one node of a run is set up.
@@ -104,10 +112,7 @@ impl NodePlan {
     /// Whether the node speaks ICP to its neighbours (ICP, Summary Cache's ICP queries, the
     /// directory's messages and queries, or the multicast search's queries and hits).
     pub fn icp(&self) -> bool {
-        matches!(
-            self.protocol.as_str(),
-            "icp" | "summary" | "directory" | "multicast"
-        )
+        speaks_icp(&self.protocol)
     }
 
     fn digest_period_s(&self) -> u64 {
@@ -193,8 +198,10 @@ impl NodePlan {
         t
     }
 
-    /// The node's squid.conf (and the hosts file it names, to be written beside it).
-    pub fn squid_conf(&self, run_as_proxy_user: bool) -> (String, String) {
+    /// The node's squid.conf (and the hosts file it names, to be written beside it); `run_as`:
+    /// the user Squid drops to when started by root (named, so that the lab knows who must
+    /// write the node's folder; see [`crate::squid_user`]).
+    pub fn squid_conf(&self, run_as: Option<&str>) -> (String, String) {
         let dir = self.dir.to_string_lossy();
         let mb = self.memory.div_ceil(1 << 20).max(1);
         let mut c = String::new();
@@ -253,8 +260,8 @@ impl NodePlan {
              log_icp_queries off\ncache_log {dir}/cache.log\ncache_store_log none\n\
              pid_filename {dir}/squid.pid\ncoredump_dir {dir}"
         );
-        if run_as_proxy_user {
-            c.push_str("cache_effective_user proxy\n");
+        if let Some(user) = run_as {
+            let _ = writeln!(c, "cache_effective_user {user}");
         }
         c.push_str(
             "shutdown_lifetime 1 seconds\nmax_filedescriptors 8192\n\
@@ -342,6 +349,9 @@ pub struct Launcher {
     pub threads: usize,
     /// `taskset -c` CPU list for the nodes, or empty.
     pub cpus: String,
+    /// The user Squid drops to (the lab runs as root): it is named in every squid.conf and
+    /// given every Squid node's folder. `None`: Squid keeps the lab's user.
+    pub squid_user: Option<Account>,
 }
 
 impl Launcher {
@@ -357,7 +367,7 @@ impl Launcher {
 
     /// Writes the node's configuration into its directory and starts it.
     pub fn start(&self, plan: NodePlan) -> io::Result<NodeProcess> {
-        fs::create_dir_all(&plan.dir)?;
+        crate::folders::create_reachable(&plan.dir)?;
         let mut cmd = Command::new("setpriv");
         cmd.args(["--pdeathsig", "KILL", "--"]);
         if !self.cpus.is_empty() {
@@ -372,21 +382,28 @@ impl Launcher {
                 cmd.env("MESHCACHE_LOG", "warn");
             }
             Product::Squid => {
-                let as_proxy = is_root() && user_exists("proxy");
-                let (conf_text, hosts) = plan.squid_conf(as_proxy);
+                let run_as = self.squid_user.as_ref();
+                let (conf_text, hosts) = plan.squid_conf(run_as.map(|u| u.name.as_str()));
                 let conf = plan.dir.join("squid.conf");
                 fs::write(&conf, conf_text)?;
                 fs::write(plan.dir.join("hosts"), hosts)?;
                 if plan.digests() {
                     fs::create_dir_all(plan.dir.join("cache"))?;
                 }
-                if as_proxy {
-                    // Squid drops to the proxy user and must still write its logs.
-                    let _ = Command::new("chown")
-                        .arg("-R")
-                        .arg("proxy:")
-                        .arg(&plan.dir)
-                        .status();
+                if let Some(user) = run_as {
+                    // Squid drops to that user before it opens its logs in this folder.
+                    hand_over(&plan.dir, user).map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!(
+                                "cannot give node {}'s folder {} to user {}, whom Squid runs \
+                                 as: {e}",
+                                plan.name,
+                                plan.dir.display(),
+                                user.name
+                            ),
+                        )
+                    })?;
                 }
                 // A service name of its own per node and run: Squid names its shared-memory
                 // segments after it, and two Squids with one name (a node of the previous run
@@ -538,29 +555,24 @@ impl Drop for NodeProcess {
     }
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+/// Gives `dir` and what is in it (the files the lab just wrote, and the empty cache folder of a
+/// digest node) to `user`.
+fn hand_over(dir: &Path, user: &Account) -> io::Result<()> {
+    let own = |p: &Path| std::os::unix::fs::chown(p, Some(user.uid), Some(user.gid));
+    own(dir)?;
+    for entry in fs::read_dir(dir)? {
+        own(&entry?.path())?;
+    }
+    Ok(())
+}
+
+/// Where `name` is on `PATH`, as `Command::new(name)` would find it.
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|d| d.join(name))
             .find(|p| p.is_file())
     })
-}
-
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
-fn user_exists(name: &str) -> bool {
-    fs::read_to_string("/etc/passwd")
-        .map(|p| p.lines().any(|l| l.split(':').next() == Some(name)))
-        .unwrap_or(false)
 }
 
 /// A Squid service name (`squid -n`) unique to this node of this run (its directory names both):
@@ -636,7 +648,7 @@ mod tests {
 
     #[test]
     fn squid_config_has_peers_and_domain_rules() {
-        let (conf, hosts) = plan(Product::Squid, true).squid_conf(false);
+        let (conf, hosts) = plan(Product::Squid, true).squid_conf(None);
         assert!(
             conf.contains("cache_peer 127.0.0.11 sibling 3128 3130 name=c1 no-digest\n"),
             "{conf}"
@@ -650,9 +662,15 @@ mod tests {
         );
         assert!(conf.contains("never_direct allow all"));
         assert_eq!(hosts, "127.0.1.1 www.g0.br\n");
-        let (none, _) = plan(Product::Squid, false).squid_conf(false);
+        let (none, _) = plan(Product::Squid, false).squid_conf(None);
         assert!(none.contains("icp_port 0"));
         assert!(!none.contains("name=c1"));
         assert!(none.contains("parent 3128 0 name=p1 no-query no-digest"));
+        assert!(!none.contains("cache_effective_user"));
+        let (as_root, _) = plan(Product::Squid, false).squid_conf(Some("proxy"));
+        assert!(
+            as_root.contains("\ncache_effective_user proxy\n"),
+            "{as_root}"
+        );
     }
 }

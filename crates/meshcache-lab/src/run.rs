@@ -1,8 +1,10 @@
 //! Running an experiment: `meshcache lab run EXPERIMENT.toml --out DIR`.
 //!
-//! For every workload variant the workload is generated once (seeded), then
-//! every configuration runs with every product and repetition (repetitions interleaved), each run on
-//! fresh processes:
+//! Every workload variant's workload is generated once (seeded), all of them first; then what
+//! the runs need from the machine is checked ([`crate::preflight`]: programs, Squid's user and
+//! folders, CPUs, free addresses), and the run is refused with every problem found, before the
+//! first configuration starts. Then every configuration runs with every product and repetition
+//! (repetitions interleaved), each run on fresh processes:
 //!
 //! 1. origins: one origin emulator per host of the workload, on
 //!    `127.0.1.(1+k)` (the nodes' host tables map the names there);
@@ -23,7 +25,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -34,7 +35,9 @@ use crate::experiment::{parse_size, Experiment, Product, RunConfig, Variant};
 use crate::link::{Link, LinkConfig, TcpRelay, UdpPair};
 use crate::measure::{self, Cpu, NetCounters, NodeCounters};
 use crate::node::{self, Launcher, NodePlan, NodeProcess, PeerPlan};
+use crate::preflight::{Needs, Program};
 use crate::results::{ConfigResult, LatencySummary, Machine, NodeResult, Results};
+use crate::squid_user::RunsAs;
 use crate::topology::Topology;
 
 /// How `lab run` runs.
@@ -86,14 +89,8 @@ pub async fn run_experiment(
     interrupt: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<Results> {
     let started = Instant::now();
-    std::fs::create_dir_all(&opts.out)
+    crate::folders::create_reachable(&opts.out)
         .with_context(|| format!("cannot create {}", opts.out.display()))?;
-    // A directory reused for a new run must not mix two runs' node files.
-    let runs = opts.out.join("runs");
-    if runs.exists() {
-        std::fs::remove_dir_all(&runs)
-            .with_context(|| format!("cannot clear {}", runs.display()))?;
-    }
     let mut results = Results {
         experiment: exp.name.clone(),
         experiment_toml: text.to_string(),
@@ -108,18 +105,45 @@ pub async fn run_experiment(
     if plan.is_empty() {
         bail!("nothing to run: no configuration matches the --only / --product selection");
     }
-    let squid = if plan.iter().any(|p| p.product == Product::Squid) {
-        Some(Launcher::find_squid().ok_or_else(|| {
-            anyhow!("the experiment runs Squid, but no squid binary was found (Debian: apt-get install squid)")
-        })?)
-    } else {
-        None
-    };
+    // Every workload before the first configuration: a trace that cannot be read, or a variant
+    // that cannot be generated, is found now rather than after the runs before it.
+    let mut workloads: HashMap<Option<String>, Workload> = HashMap::new();
+    for p in &plan {
+        let key = p.variant.map(|v| v.name.clone());
+        if let std::collections::hash_map::Entry::Vacant(slot) = workloads.entry(key) {
+            let w =
+                make_workload(exp, p.variant, &opts.base).with_context(|| match slot.key() {
+                    Some(name) => format!("variant {name:?}"),
+                    None => "the experiment's workload".into(),
+                })?;
+            slot.insert(w);
+        }
+    }
+    // Then what the machine must give the runs, checked before anything starts.
+    let needs = needs(exp, &plan, &workloads, opts);
+    let problems = crate::preflight::check(&needs);
+    if !problems.is_empty() {
+        return Err(crate::preflight::Refused(problems).into());
+    }
+    // A directory reused for a new run must not mix two runs' node files (a refused run leaves
+    // the last one's alone).
+    let runs = opts.out.join("runs");
+    if runs.exists() {
+        std::fs::remove_dir_all(&runs)
+            .with_context(|| format!("cannot clear {}", runs.display()))?;
+    }
+    crate::folders::create_reachable(&runs)
+        .with_context(|| format!("cannot create {}", runs.display()))?;
     let launcher = Launcher {
         meshcache: opts.meshcache.clone(),
-        squid: squid.unwrap_or_default(),
+        squid: needs.squid_binary.clone().unwrap_or_default(),
         threads: exp.nodes.threads,
         cpus: exp.nodes.cpus.clone(),
+        squid_user: needs
+            .squid_user
+            .as_ref()
+            .and_then(RunsAs::dropped_to)
+            .cloned(),
     };
     // Per-node TCP segments: the nodes' sockets' own counters, read with sock_diag.
     let tcp_monitor = crate::tcpcount::TcpMonitor::start()
@@ -144,21 +168,11 @@ pub async fn run_experiment(
     let (steal0_total, steal0) = measure::steal_jiffies().unwrap_or((0, 0));
 
     let body = async {
-        let mut workloads: HashMap<Option<String>, Arc<Workload>> = HashMap::new();
         for (index, p) in plan.iter().enumerate() {
             let key = p.variant.map(|v| v.name.clone());
-            let workload = match workloads.get(&key) {
-                Some(w) => Arc::clone(w),
-                None => {
-                    overall.set_message(format!(
-                        "generating workload {}",
-                        key.as_deref().unwrap_or("")
-                    ));
-                    let w = Arc::new(make_workload(exp, p.variant, &opts.base)?);
-                    workloads.insert(key, Arc::clone(&w));
-                    w
-                }
-            };
+            let workload = workloads
+                .get(&key)
+                .ok_or_else(|| anyhow!("no workload was made for {key:?}"))?;
             let name = run_name(p);
             overall.set_message(name.clone());
             let dir = opts
@@ -168,7 +182,7 @@ pub async fn run_experiment(
             let result = run_one(
                 exp,
                 p,
-                &workload,
+                workload,
                 &launcher,
                 &dir,
                 &bars,
@@ -281,6 +295,73 @@ fn expand<'a>(exp: &'a Experiment, opts: &RunOptions) -> Vec<Planned<'a>> {
         }
     }
     plan
+}
+
+/// What the planned runs need from this machine: the programs and binaries their nodes start
+/// with, the user Squid runs as and the folder its nodes' folders go below, and every address their
+/// nodes and origins listen on (link relays, on 127.0.2.x and up, are not checked).
+fn needs(
+    exp: &Experiment,
+    plan: &[Planned<'_>],
+    workloads: &HashMap<Option<String>, Workload>,
+    opts: &RunOptions,
+) -> Needs {
+    let squid = plan.iter().any(|p| p.product == Product::Squid);
+    let squid_binary = if squid { Launcher::find_squid() } else { None };
+    let squid_user = squid_binary.as_deref().map(crate::squid_user::runs_as);
+    let mut programs = vec![Program::new(
+        "setpriv",
+        "every node is started through it, so that none outlives the lab",
+        "util-linux",
+    )];
+    if !exp.nodes.cpus.is_empty() {
+        programs.push(Program::new(
+            "taskset",
+            "nodes.cpus pins the nodes with it",
+            "util-linux",
+        ));
+    }
+    let mut tcp = BTreeMap::new();
+    let mut udp = BTreeMap::new();
+    for p in plan {
+        // A topology that does not build is the run's own error, named when it runs.
+        let Ok(topo) = Topology::build(&p.config.topology, exp) else {
+            continue;
+        };
+        for (i, n) in topo.nodes.iter().enumerate() {
+            let ip = node::node_ip(i);
+            tcp.entry(SocketAddr::from((ip, node::HTTP_PORT)))
+                .or_insert_with(|| format!("HTTP port of node {}", n.name));
+            if p.product == Product::Meshcache {
+                tcp.entry(SocketAddr::from((ip, node::ADMIN_PORT)))
+                    .or_insert_with(|| format!("admin port of node {}", n.name));
+            }
+            if node::speaks_icp(&p.config.protocol) {
+                udp.entry(SocketAddr::from((ip, node::ICP_PORT)))
+                    .or_insert_with(|| format!("ICP port of node {}", n.name));
+            }
+        }
+    }
+    for w in workloads.values() {
+        for (host, ip) in &w.origins {
+            tcp.entry(SocketAddr::from((*ip, exp.origin_port)))
+                .or_insert_with(|| format!("origin {host}"));
+        }
+    }
+    Needs {
+        squid,
+        squid_binary,
+        squid_user,
+        meshcache: plan
+            .iter()
+            .any(|p| p.product == Product::Meshcache)
+            .then(|| opts.meshcache.clone()),
+        programs,
+        node_cpus: exp.nodes.cpus.clone(),
+        tcp,
+        udp,
+        results_folder: opts.out.clone(),
+    }
 }
 
 fn group_name(p: &Planned<'_>) -> String {
@@ -437,7 +518,8 @@ async fn run_one(
     barrier: Option<(&crate::barrier::Barrier, usize)>,
 ) -> anyhow::Result<ConfigResult> {
     let topo = Topology::build(&p.config.topology, exp).map_err(|e| anyhow!(e))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    crate::folders::create_reachable(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
     let n = topo.nodes.len();
 
     // Origins.

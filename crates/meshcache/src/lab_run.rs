@@ -6,13 +6,19 @@
 //! into a network namespace of its own (`unshare --net`, loopback up, with
 //! multicast on loopback where the kernel allows it), so
 //! the UDP and TCP counters it reads count only the experiment's traffic and
-//! nothing it starts can reach beyond this machine's loopback.
+//! nothing it starts can reach beyond this machine's loopback. It first makes
+//! sure it may (`meshcache_lab::preflight::netns_problem`): with `--netns on`
+//! it refuses, saying why and what to do; with `auto` it goes on without one
+//! and says so. Everything else the run needs from the machine is checked by
+//! the run before its first configuration (`meshcache_lab::preflight`); each
+//! problem found is printed on a line of its own and the command fails.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context as _};
 use meshcache_lab::experiment::{Experiment, Product};
+use meshcache_lab::preflight;
 use meshcache_lab::run::{run_experiment, RunOptions};
 
 /// Set in the environment of the re-executed command inside its namespace.
@@ -90,17 +96,23 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let in_netns = std::env::var_os(IN_NETNS).is_some();
     if !in_netns && args.netns != Netns::Off {
-        match reexec_in_netns() {
-            Ok(code) => std::process::exit(code),
-            Err(e) if args.netns == Netns::On => return Err(e),
-            Err(e) => eprintln!("meshcache lab: no network namespace of its own ({e:#}); UDP/TCP counts include other traffic"),
+        match preflight::netns_problem() {
+            None => std::process::exit(reexec_in_netns()?),
+            Some(p) if args.netns == Netns::On => return refuse(vec![p]),
+            Some(p) => eprintln!(
+                "meshcache lab: {}; the run goes on in this namespace (its UDP/TCP counts \
+                 include other traffic, and its addresses must be free here)",
+                p.what
+            ),
         }
     }
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("target/lab").join(&exp.name));
-    // Nodes get absolute paths: Squid changes its working directory.
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    // Folders made here let Squid's user through (a given --out is left as it is: the run
+    // checks it); nodes get absolute paths, as Squid changes its working directory.
+    meshcache_lab::folders::create_reachable(&out)
+        .with_context(|| format!("cannot create {}", out.display()))?;
     let out = out
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", out.display()))?;
@@ -123,10 +135,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     // The clients and origins are this process's threads: pinned before the runtime starts
     // them, so that they all inherit it (the nodes are pinned by their own `taskset`).
     if !exp.clients.cpus.is_empty() {
-        meshcache_lab::pin::pin_this_process(&exp.clients.cpus)
-            .with_context(|| format!("cannot pin the lab to CPUs {}", exp.clients.cpus))?;
+        meshcache_lab::pin::pin_this_process(&exp.clients.cpus).with_context(|| {
+            format!(
+                "clients.cpus = {:?} cannot pin the lab here: name CPUs this machine lets it \
+                 use, or none",
+                exp.clients.cpus
+            )
+        })?;
     }
-    let results = crate::runtime()?.block_on(async {
+    let outcome = crate::runtime()?.block_on(async {
         // Stop on SIGINT/SIGTERM, and (inside our namespace) when the command that re-executed
         // us is gone, however it died: an experiment never outlives the command that started it.
         let parent = parent_pid();
@@ -145,7 +162,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         };
         run_experiment(&exp, &text, &opts, interrupt).await
-    })?;
+    });
+    let results = match outcome {
+        Ok(results) => results,
+        Err(e) => match e.downcast::<preflight::Refused>() {
+            Ok(refused) => return refuse(refused.0),
+            Err(e) => return Err(e),
+        },
+    };
     println!(
         "{}: {} runs in {:.0} s; results in {}",
         exp.name,
@@ -157,6 +181,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         println!("\n{md}");
     }
     Ok(())
+}
+
+/// Prints each problem that keeps the run from starting on a line of its own, and fails.
+fn refuse(problems: Vec<preflight::Problem>) -> anyhow::Result<()> {
+    for p in &problems {
+        eprintln!("meshcache lab: {p}");
+    }
+    bail!(
+        "the run did not start ({} problem{} above)",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" }
+    )
 }
 
 /// `lab run --concurrent`: one child `lab run` per selected configuration, started together
@@ -178,11 +214,17 @@ fn run_concurrent(args: &RunArgs, exp: &Experiment) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from("target/lab").join(&exp.name));
     let parts_dir = out.join("concurrent");
     let rendezvous = parts_dir.join("rendezvous");
+    if args.netns != Netns::Off {
+        // Each configuration needs a namespace of its own: in one, they would share addresses.
+        if let Some(p) = preflight::netns_problem() {
+            return refuse(vec![p]);
+        }
+    }
     if parts_dir.exists() {
         std::fs::remove_dir_all(&parts_dir)
             .with_context(|| format!("cannot clear {}", parts_dir.display()))?;
     }
-    std::fs::create_dir_all(&rendezvous)
+    meshcache_lab::folders::create_reachable(&rendezvous)
         .with_context(|| format!("cannot create {}", rendezvous.display()))?;
     let exe = std::env::current_exe().context("cannot find the meshcache binary")?;
     let netns = match args.netns {
@@ -306,16 +348,10 @@ fn parent_pid() -> u32 {
 }
 
 /// Runs this same command again inside a new network namespace with loopback up (and, where
-/// allowed, multicast on loopback with a route for 224.0.0.0/4); returns its exit code. The child is in this process's process group, so ctrl-c reaches it.
+/// allowed, multicast on loopback with a route for 224.0.0.0/4); returns its exit code. Whether
+/// that is allowed here is for [`preflight::netns_problem`] to find out first. The child is in this process's process group, so ctrl-c reaches it.
 fn reexec_in_netns() -> anyhow::Result<i32> {
     let exe = std::env::current_exe().context("cannot find the meshcache binary")?;
-    let probe = Command::new("unshare")
-        .args(["--net", "--", "true"])
-        .status()
-        .context("cannot run unshare")?;
-    if !probe.success() {
-        bail!("unshare --net is not permitted here");
-    }
     let status = Command::new("unshare")
         .args([
             "--net",
