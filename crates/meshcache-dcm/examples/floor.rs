@@ -45,6 +45,9 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+// Summary Cache keeps the proxy's pace: updates at most every `UPDATE_SPACING`, the inbox read
+// before a lookup at most every `INBOX_POLL`, and every `INBOX_IDLE` when idle.
+use meshcache_dcm::summary::pace::{INBOX_IDLE, INBOX_POLL, UPDATE_SPACING};
 use meshcache_dcm::summary::{LocalSummary, PeerSummaries, UpdateVerdict};
 use meshcache_dcm::PeerId;
 use meshcache_summary::Hashing;
@@ -58,13 +61,6 @@ const DONE: &[u8] = b"D";
 
 /// A miss whose replies have not all come after this long is counted lost and ended.
 const LOST_AFTER: Duration = Duration::from_secs(1);
-
-/// Summary Cache: updates go out at most this often (the proxy's pace).
-const UPDATE_EVERY: Duration = Duration::from_millis(250);
-/// Summary Cache: the inbox is read before a lookup at most this often, and when idle this
-/// often (the proxy's `INBOX_POLL` and `INBOX_IDLE`).
-const INBOX_POLL: Duration = Duration::from_millis(50);
-const INBOX_IDLE: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Protocol {
@@ -403,7 +399,7 @@ impl Node<'_> {
         let Some(s) = &mut self.summary else {
             return Ok(());
         };
-        if !s.local.due() || s.sent.elapsed() < UPDATE_EVERY {
+        if !s.local.due() || s.sent.elapsed() < UPDATE_SPACING {
             return Ok(());
         }
         s.sent = Instant::now();

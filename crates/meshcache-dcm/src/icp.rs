@@ -266,14 +266,49 @@ impl IcpMesh {
             .peers
             .iter()
             .enumerate()
-            .filter(|(i, p)| {
-                p.spec.role == Role::Sibling
-                    && p.spec.queried()
-                    && p.spec.serves(host)
-                    && candidate(PeerId(*i))
-            })
+            .filter(|(i, p)| candidate(PeerId(*i)) && p.asked_as_sibling(host))
             .map(|(i, _)| PeerId(i))
             .collect();
+        self.begin_with(now, url, host, hierarchical, siblings, candidate)
+    }
+
+    /// As [`IcpMesh::begin_guided`] with the candidates named: `among` (in any order). For a
+    /// search that asks a few of many peers, without looking at the others.
+    pub fn begin_among(
+        &mut self,
+        now: Instant,
+        url: &str,
+        host: &str,
+        hierarchical: bool,
+        among: &[PeerId],
+    ) -> Search {
+        let mut siblings: Vec<PeerId> = among
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.peers
+                    .get(id.0)
+                    .is_some_and(|p| p.asked_as_sibling(host))
+            })
+            .collect();
+        // In table order, as a scan of the table would find them.
+        siblings.sort_unstable();
+        siblings.dedup();
+        self.begin_with(now, url, host, hierarchical, siblings, |id| {
+            among.contains(&id)
+        })
+    }
+
+    /// The search that asks `siblings` and the parents `candidate` accepts.
+    fn begin_with(
+        &mut self,
+        now: Instant,
+        url: &str,
+        host: &str,
+        hierarchical: bool,
+        siblings: Vec<PeerId>,
+        candidate: impl Fn(PeerId) -> bool,
+    ) -> Search {
         let parents = select::eligible_among(&self.peers, &self.parents, host, now);
         let queried_parents: Vec<PeerId> = parents
             .iter()

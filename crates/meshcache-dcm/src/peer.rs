@@ -193,6 +193,11 @@ impl Peer {
         }
     }
 
+    /// Whether a search for `host` asks it as a sibling.
+    pub fn asked_as_sibling(&self, host: &str) -> bool {
+        self.spec.role == Role::Sibling && self.spec.queried() && self.spec.serves(host)
+    }
+
     /// Whether its HTTP side may be chosen now.
     pub fn http_up(&self, now: Instant) -> bool {
         self.down_until.is_none_or(|t| now >= t)

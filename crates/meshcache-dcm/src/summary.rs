@@ -26,13 +26,17 @@
 
 use std::cmp::Reverse;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use meshcache_summary::hashing::Positions;
 use meshcache_summary::{BitChange, BloomArray, CacheDigest, CountingBloom, Hashing};
 use meshcache_wire::summary::{DirUpdate, FullArray, HashParams, Update, MAX_UPDATES_PER_DATAGRAM};
 use serde::Serialize;
 
 use crate::icp::{IcpMesh, Search};
+
+pub mod pace;
 use crate::peer::{PeerId, Role};
 use crate::select::{Hop, Route};
 
@@ -57,6 +61,8 @@ pub struct LocalSummary {
     /// Sequence number of the last update published.
     seq: u32,
     sender: Ipv4Addr,
+    /// Counts the changes to what [`LocalSummary::full_array`] returns.
+    version: u64,
     stats: LocalStats,
 }
 
@@ -102,6 +108,7 @@ impl LocalSummary {
             threshold,
             seq: first_seq,
             sender: Ipv4Addr::UNSPECIFIED,
+            version: 0,
             stats: LocalStats::default(),
         }
     }
@@ -140,6 +147,7 @@ impl LocalSummary {
 
     /// Records the bits in `changes` as pending, and empties it.
     fn note(&mut self, changes: &mut Vec<BitChange>) {
+        self.version += 1;
         // Bit indexes fit the wire's 32 bits: the array's size is a u32 there.
         self.pending.extend(
             changes
@@ -188,6 +196,7 @@ impl LocalSummary {
     /// Replaces the filter with one rebuilt from the store (see [`LocalSummary::empty_like`]).
     /// Peers notice a jump in the update numbering and fetch the whole array.
     pub fn install(&mut self, filter: CountingBloom) {
+        self.version += 1;
         self.filter = filter;
         self.pending.clear();
         self.added_docs = 0;
@@ -228,6 +237,7 @@ impl LocalSummary {
     /// each, one sequence number each); the pending list is emptied.
     pub fn take_updates(&mut self) -> Vec<DirUpdate> {
         let params = self.params();
+        self.version += 1;
         let mut bits = std::mem::take(&mut self.pending);
         bits.sort_unstable();
         bits.dedup();
@@ -266,6 +276,12 @@ impl LocalSummary {
             entries: u32::try_from(self.filter.entries()).unwrap_or(u32::MAX),
             mask: self.filter.mask(),
         }
+    }
+
+    /// A number that changes whenever [`LocalSummary::full_array`] (and so the digest) would:
+    /// a driver that serves one encoding to many readers keeps it until then.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The filter as a Squid Cache Digest (meaningful to Squid with [`Hashing::DIGEST`]).
@@ -357,10 +373,11 @@ impl Walk {
         hierarchical: bool,
     ) -> Search {
         self.asked = self.siblings.pop();
-        let (asked, last, parents) = (self.asked, self.siblings.is_empty(), &self.parents);
-        mesh.begin_guided(now, url, host, hierarchical, |p| {
-            Some(p) == asked || (last && parents.contains(&p))
-        })
+        let mut among: Vec<PeerId> = self.asked.into_iter().collect();
+        if self.siblings.is_empty() {
+            among.extend_from_slice(&self.parents);
+        }
+        mesh.begin_among(now, url, host, hierarchical, &among)
     }
 
     /// Whether `route`, what the step just taken decided, is the search's answer: the sibling
@@ -441,7 +458,9 @@ impl SummaryStats {
 
 #[derive(Debug, Default)]
 struct PeerSummary {
-    array: Option<BloomArray>,
+    /// Shared with other readers of the same version where the driver shares them
+    /// ([`Deltas`]); the proxy's are its own.
+    array: Option<Arc<BloomArray>>,
     /// The Bloom formula's false-positive rate for `array` as it is (kept for the lookups'
     /// expected-false-hit count: a `powf` per lookup showed in profiles).
     formula_fp_rate: f64,
@@ -459,10 +478,49 @@ struct PeerSummary {
 }
 
 impl PeerSummary {
-    fn set_array(&mut self, array: Option<BloomArray>) {
-        self.formula_fp_rate = array.as_ref().map_or(0.0, BloomArray::formula_fp_rate);
+    fn set_array(&mut self, array: Option<Arc<BloomArray>>) {
+        self.formula_fp_rate = array.as_deref().map_or(0.0, BloomArray::formula_fp_rate);
         self.array = array;
     }
+}
+
+/// How a delta reaches a peer's array. The proxy reads each peer's summary once and changes
+/// its array in place ([`InPlace`]); the simulator holds a thousand nodes that read the same
+/// sender's summary, and lets every reader of one version share one array.
+pub trait Deltas {
+    /// Makes `array` (the sender's as of the version before `update`) the array after it.
+    fn apply(&mut self, array: &mut Arc<BloomArray>, update: &DirUpdate);
+}
+
+/// Deltas applied to the reader's own array (copied first only if someone else holds it).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InPlace;
+
+impl Deltas for InPlace {
+    fn apply(&mut self, array: &mut Arc<BloomArray>, update: &DirUpdate) {
+        apply_delta(Arc::make_mut(array), update);
+    }
+}
+
+/// Applies `update`'s bit changes to `array`. Deltas carry no document count: it is estimated
+/// from the bits set.
+pub fn apply_delta(array: &mut BloomArray, update: &DirUpdate) {
+    for u in &update.updates {
+        array.put(u64::from(u.bit), u.set);
+    }
+    let estimate = array.estimated_entries();
+    array.set_entries(estimate);
+}
+
+/// The array a whole summary describes; `None` when its hash parameters are not ones we know.
+pub fn array_of(full: FullArray) -> Option<BloomArray> {
+    let hashing = Hashing::new(full.params.functions, full.params.function_bits)?;
+    Some(BloomArray::from_mask(
+        hashing,
+        u64::from(full.params.bits),
+        full.mask,
+        u64::from(full.entries),
+    ))
 }
 
 /// The most deltas kept while waiting for a whole array.
@@ -522,6 +580,8 @@ impl PeerSummaries {
         exchanging: impl Fn(PeerId) -> bool,
     ) -> Vec<PeerId> {
         let mut hits = Vec::new();
+        // The key's positions, computed once for each shape of array (most peers' are alike).
+        let mut shape: Option<(Hashing, u64, Positions)> = None;
         for (i, p) in self.peers.iter_mut().enumerate() {
             let Some(array) = &p.array else { continue };
             if !exchanging(PeerId(i)) {
@@ -529,7 +589,16 @@ impl PeerSummaries {
             }
             p.stats.lookups += 1;
             p.stats.expected_false_hits += p.formula_fp_rate;
-            if array.contains(key) {
+            let (hashing, bits) = (array.hashing(), array.bits());
+            let positions = match &shape {
+                Some((h, b, at)) if *h == hashing && *b == bits => at,
+                _ => {
+                    &shape
+                        .insert((hashing, bits, hashing.positions(key, bits)))
+                        .2
+                }
+            };
+            if array.contains_at(positions) {
                 p.stats.summary_hits += 1;
                 hits.push(PeerId(i));
             }
@@ -546,57 +615,81 @@ impl PeerSummaries {
 
     /// Installs a Cache Digest fetched from `peer` (`bytes` long).
     pub fn install_digest(&mut self, now: Instant, peer: PeerId, digest: &CacheDigest, bytes: u64) {
-        let Some(p) = self.peers.get_mut(peer.0) else {
-            return;
-        };
-        p.set_array(Some(BloomArray::from_digest(digest)));
-        p.seq = None;
-        p.received = Some(now);
-        p.want_full = false;
-        p.failures = 0;
-        p.stats.full_fetches += 1;
-        p.stats.full_bytes += bytes;
+        let array = Arc::new(BloomArray::from_digest(digest));
+        self.install_array(now, peer, array, None, bytes);
     }
 
     /// Installs a whole summary array fetched from `peer` (`bytes` long), then replays the
     /// deltas that came while it was on its way.
     pub fn install_full(&mut self, now: Instant, peer: PeerId, full: FullArray, bytes: u64) {
+        let seq = full.seq;
+        match array_of(full) {
+            Some(array) => self.install_array(now, peer, Arc::new(array), Some(seq), bytes),
+            None => {
+                if let Some(p) = self.peers.get_mut(peer.0) {
+                    p.stats.rejected_malformed += 1;
+                    p.set_array(None);
+                }
+            }
+        }
+    }
+
+    /// Installs `array` as `peer`'s summary (`bytes` long on the wire): a whole summary current
+    /// to `seq` ([`array_of`]), whose held deltas are then replayed, or a Cache Digest
+    /// (`seq` `None`: no deltas follow). For a driver that shares one array among its readers;
+    /// [`install_full`] and [`install_digest`] build their own.
+    ///
+    /// [`install_full`]: PeerSummaries::install_full
+    /// [`install_digest`]: PeerSummaries::install_digest
+    pub fn install_array(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        array: Arc<BloomArray>,
+        seq: Option<u32>,
+        bytes: u64,
+    ) {
         let Some(p) = self.peers.get_mut(peer.0) else {
             return;
         };
-        let Some(hashing) = Hashing::new(full.params.functions, full.params.function_bits) else {
-            p.stats.rejected_malformed += 1;
-            p.set_array(None);
-            return;
-        };
-        p.set_array(Some(BloomArray::from_mask(
-            hashing,
-            u64::from(full.params.bits),
-            full.mask,
-            u64::from(full.entries),
-        )));
-        p.seq = Some(full.seq);
+        p.set_array(Some(array));
+        p.seq = seq;
         p.received = Some(now);
         p.want_full = false;
         p.failures = 0;
         p.stats.full_fetches += 1;
         p.stats.full_bytes += bytes;
+        let Some(seq) = seq else {
+            return;
+        };
         let mut held = std::mem::take(&mut p.held);
-        held.sort_by_key(|u| u.seq.wrapping_sub(full.seq));
+        held.sort_by_key(|u| u.seq.wrapping_sub(seq));
         for u in held {
-            if u.seq.wrapping_sub(full.seq) as i32 > 0 {
+            if u.seq.wrapping_sub(seq) as i32 > 0 {
                 let _ = self.on_update(now, peer, u, 0);
             }
         }
     }
 
-    /// A delta update from `peer` (`bytes` on the wire).
+    /// A delta update from `peer` (`bytes` on the wire), applied to our own copy.
     pub fn on_update(
         &mut self,
         now: Instant,
         peer: PeerId,
         update: DirUpdate,
         bytes: u64,
+    ) -> UpdateVerdict {
+        self.on_update_with(now, peer, update, bytes, &mut InPlace)
+    }
+
+    /// A delta update from `peer` (`bytes` on the wire), applied by `deltas`.
+    pub fn on_update_with(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        update: DirUpdate,
+        bytes: u64,
+        deltas: &mut impl Deltas,
     ) -> UpdateVerdict {
         let Some(p) = self.peers.get_mut(peer.0) else {
             return UpdateVerdict::Unknown;
@@ -632,12 +725,7 @@ impl PeerSummaries {
             return UpdateVerdict::Held;
         }
         if let Some(array) = &mut p.array {
-            for u in &update.updates {
-                array.put(u64::from(u.bit), u.set);
-            }
-            // Deltas carry no document count: estimate it from the bits set.
-            let estimate = array.estimated_entries();
-            array.set_entries(estimate);
+            deltas.apply(array, &update);
             p.formula_fp_rate = array.formula_fp_rate();
         }
         p.seq = Some(update.seq);
@@ -698,7 +786,7 @@ impl PeerSummaries {
     pub fn memory(&self) -> usize {
         self.peers
             .iter()
-            .filter_map(|p| p.array.as_ref())
+            .filter_map(|p| p.array.as_deref())
             .map(BloomArray::memory)
             .sum()
     }
@@ -708,7 +796,7 @@ impl PeerSummaries {
         self.peers
             .iter()
             .map(|p| {
-                let a = p.array.as_ref();
+                let a = p.array.as_deref();
                 PeerSummaryReport {
                     valid: a.is_some(),
                     bits: a.map_or(0, BloomArray::bits),

@@ -343,7 +343,7 @@ impl Coop {
                 .lock()
                 .begin(Instant::now(), url, host, hierarchical),
             Some(s) => {
-                s.read_inbox(self, crate::summary::INBOX_POLL);
+                s.read_inbox(self, meshcache_dcm::summary::pace::INBOX_POLL);
                 let hits = if hierarchical || self.has_parents {
                     s.candidates(&meshcache_store::StoreKey::get(url).0)
                 } else {

@@ -11,7 +11,7 @@
 //!   rebuilt every `digest_rebuild_period`.
 //! - Peers' updates (`summary`) come to our *inbox*, a UDP socket on our ICP address that
 //!   nothing waits on, so an update never wakes the node: it is read before summary lookups (at
-//!   most every [`INBOX_POLL`]) and once a second by [`run_local`] when no lookup did. A node
+//!   most every [`pace::INBOX_POLL`]) and once a second by [`run_local`] when no lookup did. A node
 //!   names its inbox to a peer in its fetch of the peer's whole summary ([`INBOX_HEADER`]);
 //!   until then, or for a peer that names none, updates go to the peer's ICP port.
 //! - [`run_fetch`] fetches whole summaries from peers: at start, when deltas were lost or a
@@ -31,6 +31,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
+use meshcache_dcm::summary::pace::{self, FETCH_CHECK_INTERVAL, INBOX_IDLE, UPDATE_SPACING};
 use meshcache_dcm::summary::{add_all, LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
 use meshcache_dcm::PeerId;
 use meshcache_store::StoreEvent;
@@ -47,24 +48,10 @@ use crate::Shared;
 pub const DIGEST_PATH: &str = "/squid-internal-periodic/store_digest";
 /// Our path for the whole Summary Cache array.
 pub const SUMMARY_PATH: &str = "/meshcache-internal/summary";
-/// Squid's `store_avg_object_size`, used to size the summary from the store's byte budget.
-const AVG_OBJECT_SIZE: u64 = 13 * 1024;
-/// The least time between two of our updates. Changes that pass the threshold sooner go out
-/// together in the next: at a few hundred misses a second the threshold is crossed several times
-/// a quarter-second, and one update carrying them all is fewer datagrams than one per crossing
-/// (0.09 against 0.15 per request in the four-sibling CPU experiment).
-const UPDATE_SPACING: Duration = Duration::from_millis(250);
-/// How often due fetches of peers' summaries are looked for (each wake-up of an idle node
-/// costs CPU; a lost delta waits at most this long for its repair).
-const FETCH_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Request header of a fetch of a peer's whole summary that tells the peer where to send our
 /// updates instead of our ICP port: `ICP; inbox=PORT`, our ICP address and the inbox's port
 /// on the same address.
 pub const INBOX_HEADER: &str = "meshcache-summary-inbox";
-/// How often, at most, a summary lookup reads the inbox (one non-blocking receive when empty).
-pub(crate) const INBOX_POLL: Duration = Duration::from_millis(50);
-/// How often the inbox is read when no lookup did: an idle node's peers' updates wait this long.
-const INBOX_IDLE: Duration = Duration::from_secs(1);
 /// Receive buffer for one update datagram (the largest is 32 + 4 × 360 bytes).
 const INBOX_BUFFER: usize = 2048;
 /// The largest summary body we accept from a peer.
@@ -151,9 +138,7 @@ impl Summaries {
         }
         let store_bytes =
             config.store.memory + config.store.disks.iter().map(|d| d.size).sum::<u64>();
-        let min_capacity = u32::try_from(store_bytes / AVG_OBJECT_SIZE)
-            .unwrap_or(u32::MAX)
-            .max(100);
+        let min_capacity = pace::min_capacity(store_bytes);
         let capacity = if c.summary_capacity > 0 {
             c.summary_capacity
         } else {
@@ -189,7 +174,7 @@ impl Summaries {
             }),
             peers: Mutex::new(PeerSummaries::new(
                 config.peers.len(),
-                Duration::from_secs(1),
+                pace::MIN_FETCH_INTERVAL,
             )),
             exchanging,
             published: Mutex::new(None),

@@ -5,7 +5,7 @@
 //! lookup is "maybe present" when every one of the key's positions is set.
 
 use crate::digest::{bloom_fp_rate, CacheDigest};
-use crate::hashing::Hashing;
+use crate::hashing::{Hashing, Positions};
 
 /// A Bloom filter bit array (least significant bit first in each byte, as Squid's).
 #[derive(Clone, PartialEq, Eq)]
@@ -61,11 +61,14 @@ impl BloomArray {
 
     /// Whether `key` may be present.
     pub fn contains(&self, key: &[u8; 16]) -> bool {
-        self.hashing
-            .positions(key, self.bits)
-            .as_slice()
-            .iter()
-            .all(|&b| self.get(b))
+        self.contains_at(&self.hashing.positions(key, self.bits))
+    }
+
+    /// Whether the key at `positions` (its [`Hashing::positions`] for this array's hashing
+    /// and size: a caller looking one key up in many arrays of one shape computes them once)
+    /// may be present.
+    pub fn contains_at(&self, positions: &Positions) -> bool {
+        positions.as_slice().iter().all(|&b| self.get(b))
     }
 
     /// Bit `b` (false beyond the array).

@@ -17,6 +17,7 @@ use crate::spec::{Protocol, SimSpec};
 
 mod directory;
 mod multicast;
+mod shared_arrays;
 pub(crate) mod summary;
 
 /// A protocol message between nodes.
@@ -38,6 +39,8 @@ pub(crate) struct State {
     pub(crate) multicast: Vec<meshcache_dcm::multicast::Multicast>,
     /// Summary Cache and Cache Digests: each node's summaries (empty for other protocols).
     pub(crate) summary: Vec<summary::NodeState>,
+    /// Summary Cache and Cache Digests: the peers' arrays, one per sender and version.
+    pub(crate) summary_arrays: shared_arrays::SharedArrays,
 }
 
 impl State {
@@ -53,6 +56,7 @@ impl State {
                     .collect(),
                 _ => Vec::new(),
             },
+            summary_arrays: shared_arrays::SharedArrays::default(),
         }
     }
 }

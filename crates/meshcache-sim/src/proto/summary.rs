@@ -43,15 +43,14 @@
 //! (the engine tells a protocol of a sibling's 504, not of a parent's miss). With `summary`
 //! the proxy also rebuilds a digest for Squid peers; nobody fetches it here, so it is not built.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
-use meshcache_dcm::summary::{LocalSummary, PeerSummaries, Rejection, UpdateVerdict, Walk};
-use meshcache_dcm::{Outcome, PeerId, ReplyKind, Role, Route};
+use meshcache_dcm::summary::{pace, LocalSummary, PeerSummaries, Rejection, UpdateVerdict, Walk};
+use meshcache_dcm::{Outcome, PeerId, ReplyKind, Route};
 use meshcache_store::StoreEvent;
-use meshcache_summary::{CacheDigest, DigestError, Hashing};
+use meshcache_summary::{DigestError, Hashing};
 use meshcache_wire::summary as wire;
 use meshcache_wire::WireError;
 
@@ -61,14 +60,9 @@ use crate::mesh::{self, icp_addr, Node, NodeIx};
 use crate::results::{Kind, SummaryReport};
 use crate::spec::{Protocol, SimSpec};
 
-/// Squid's `store_avg_object_size`, used to size the summary from the store's byte budget.
-const AVG_OBJECT_SIZE: u64 = 13 * 1024;
-/// The least time between two updates of a node (the proxy's `UPDATE_SPACING`).
-const UPDATE_SPACING: u64 = 250_000_000;
-/// How often due fetches are looked for (the proxy's `FETCH_CHECK_INTERVAL`).
-const FETCH_CHECK_INTERVAL: u64 = 1_000_000_000;
-/// The shortest wait between two fetches from one peer (the proxy's `PeerSummaries`).
-const MIN_FETCH_INTERVAL: Duration = Duration::from_secs(1);
+/// The pace of the proxy's summary work, in virtual ns.
+const UPDATE_SPACING: u64 = pace::UPDATE_SPACING.as_nanos() as u64;
+const FETCH_CHECK_INTERVAL: u64 = pace::FETCH_CHECK_INTERVAL.as_nanos() as u64;
 /// One second, in ns.
 const SECOND: u64 = 1_000_000_000;
 
@@ -109,10 +103,15 @@ pub(crate) struct NodeState {
     next_update: u64,
     /// The digest we serve (digest protocol): its encoding and when it expires.
     published: Option<(Body, u64)>,
+    /// The whole summary we serve (summary protocol), encoded once for every reader of its
+    /// version ([`LocalSummary::version`]).
+    served_full: Option<(u64, Body)>,
     /// Digests: when each peer's digest should be fetched again.
-    refresh: BTreeMap<usize, u64>,
+    refresh: Refresh,
     /// Per peer: a whole summary is wanted (what `PeerSummaries` keeps as `want_full`).
-    wanting: Vec<bool>,
+    wanting: Wanting,
+    /// Per peer: whether we exchange summaries with it (fixed for the run).
+    exchanging: Vec<bool>,
     /// Fetches to make, one after the other, and the one under way.
     queue: VecDeque<PeerId>,
     fetching: Option<PeerId>,
@@ -144,9 +143,7 @@ impl NodeState {
         } else {
             spec.mesh.cache_size
         };
-        let min_capacity = u32::try_from(memory.as_u64() / AVG_OBJECT_SIZE)
-            .unwrap_or(u32::MAX)
-            .max(100);
+        let min_capacity = pace::min_capacity(memory.as_u64());
         let capacity = if p.summary_capacity > 0 {
             p.summary_capacity
         } else {
@@ -166,12 +163,14 @@ impl NodeState {
         let peers = n.peer_nodes.len();
         let mut s = NodeState {
             local,
-            peers: PeerSummaries::new(peers, MIN_FETCH_INTERVAL),
+            peers: PeerSummaries::new(peers, pace::MIN_FETCH_INTERVAL),
             min_capacity,
             next_update: 0,
             published: None,
-            refresh: BTreeMap::new(),
-            wanting: vec![true; peers],
+            served_full: None,
+            refresh: Refresh::new(peers),
+            wanting: Wanting::all(peers),
+            exchanging: (0..peers).map(|i| exchanging(spec, n, PeerId(i))).collect(),
             queue: VecDeque::new(),
             fetching: None,
             check_missed: false,
@@ -197,6 +196,79 @@ impl NodeState {
     fn publish(&mut self, now: u64, period: u64) {
         let body = self.local.digest().encode();
         self.published = Some((Body(body.into()), now + period));
+    }
+}
+
+/// The peers a node wants a whole summary from, and how many (asked after every fetch).
+struct Wanting {
+    flags: Vec<bool>,
+    count: usize,
+}
+
+impl Wanting {
+    fn all(peers: usize) -> Wanting {
+        Wanting {
+            flags: vec![true; peers],
+            count: peers,
+        }
+    }
+
+    fn set(&mut self, peer: PeerId, wanted: bool) {
+        if let Some(f) = self.flags.get_mut(peer.0) {
+            if *f != wanted {
+                *f = wanted;
+                if wanted {
+                    self.count += 1;
+                } else {
+                    self.count -= 1;
+                }
+            }
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.count > 0
+    }
+}
+
+/// When each peer's digest is to be fetched again, in time order.
+struct Refresh {
+    at: Vec<Option<u64>>,
+    order: BTreeSet<(u64, usize)>,
+}
+
+impl Refresh {
+    fn new(peers: usize) -> Refresh {
+        Refresh {
+            at: vec![None; peers],
+            order: BTreeSet::new(),
+        }
+    }
+
+    /// `peer`'s digest is fetched again at `when` (instead of any earlier plan).
+    fn set(&mut self, peer: PeerId, when: u64) {
+        if let Some(slot) = self.at.get_mut(peer.0) {
+            if let Some(old) = slot.replace(when) {
+                self.order.remove(&(old, peer.0));
+            }
+            self.order.insert((when, peer.0));
+        }
+    }
+
+    /// The earliest refresh time planned.
+    fn first(&self) -> Option<u64> {
+        self.order.first().map(|&(when, _)| when)
+    }
+
+    /// A peer whose refresh time has come by `now`, taken out of the plan.
+    fn take_due(&mut self, now: u64) -> Option<PeerId> {
+        let &(when, peer) = self.order.first()?;
+        if when > now {
+            return None;
+        }
+        self.order.pop_first();
+        self.at[peer] = None;
+        Some(PeerId(peer))
     }
 }
 
@@ -234,8 +306,9 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     let at = sim.at(t);
     let n = &mut sim.nodes[node as usize];
     let s = &mut sim.proto.summary[node as usize];
-    let has_parents = n.mesh.peers().iter().any(|p| p.spec.role == Role::Parent);
-    let hits = s.peers.candidates(&o.key.0, |p| exchanging(spec, n, p));
+    let has_parents = !n.mesh.parents().is_empty();
+    let exchanging = &s.exchanging;
+    let hits = s.peers.candidates(&o.key.0, |p| exchanging[p.0]);
     if hits.is_empty() && !has_parents {
         // No summary says "maybe" and no parent could take it: the origin, no search.
         sim.start_search(job, node, 0, Outcome::Decided(Route::direct()), t);
@@ -441,14 +514,13 @@ fn send_updates(sim: &mut Sim<'_>, node: NodeIx, updates: &[wire::DirUpdate], t:
 
 /// An update datagram from `from` (`on_update_datagram`).
 fn on_update(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
-    let spec = sim.spec;
     let at = sim.at(t);
     let n = &mut sim.nodes[to as usize];
     let s = &mut sim.proto.summary[to as usize];
     let peer = n
         .mesh
         .peer_at(icp_addr(from))
-        .filter(|&p| exchanging(spec, n, p));
+        .filter(|&p| s.exchanging[p.0]);
     let Some(peer) = peer else {
         // A node that does not list the sender (a parent, for its children).
         s.bad_updates += 1;
@@ -459,9 +531,12 @@ fn on_update(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
         return;
     };
     n.mesh.heard_from(at, peer);
-    let verdict = s.peers.on_update(at, peer, update, body.0.len() as u64);
+    let shared = &mut sim.proto.summary_arrays;
+    let verdict = s
+        .peers
+        .on_update_with(at, peer, update, body.0.len() as u64, shared);
     if verdict == UpdateVerdict::Held {
-        s.wanting[peer.0] = true;
+        s.wanting.set(peer, true);
         set_check(sim, to, after(t, FETCH_CHECK_INTERVAL), false);
     }
 }
@@ -472,7 +547,6 @@ fn check(sim: &mut Sim<'_>, node: NodeIx) {
     let now = sim.now;
     let at = sim.at(now);
     let spec = sim.spec;
-    let n = &sim.nodes[node as usize];
     let s = &mut sim.proto.summary[node as usize];
     s.check_at = None;
     if s.fetching.is_some() {
@@ -480,21 +554,14 @@ fn check(sim: &mut Sim<'_>, node: NodeIx) {
         return;
     }
     if spec.protocol.name == Protocol::Digest {
-        let due: Vec<usize> = s
-            .refresh
-            .iter()
-            .filter(|(_, &when)| now >= when)
-            .map(|(&i, _)| i)
-            .collect();
-        for i in due {
-            s.refresh.remove(&i);
-            s.peers.want_full(PeerId(i));
-            s.wanting[i] = true;
+        while let Some(peer) = s.refresh.take_due(now) {
+            s.peers.want_full(peer);
+            s.wanting.set(peer, true);
         }
     }
     let due = s.peers.fetch_due(at);
-    s.queue
-        .extend(due.into_iter().filter(|&p| exchanging(spec, n, p)));
+    let exchanging = &s.exchanging;
+    s.queue.extend(due.into_iter().filter(|p| exchanging[p.0]));
     next_fetch(sim, node, now);
 }
 
@@ -512,8 +579,8 @@ fn next_fetch(sim: &mut Sim<'_>, node: NodeIx, t: u64) {
         set_check(sim, node, t, false);
         return;
     }
-    let retry = s.wanting.iter().any(|&w| w);
-    let refresh = s.refresh.values().min().copied();
+    let retry = s.wanting.any();
+    let refresh = s.refresh.first();
     if retry {
         // A refused summary, waiting for its back-off: try again at the next check.
         set_check(sim, node, after(t, FETCH_CHECK_INTERVAL), true);
@@ -537,10 +604,16 @@ fn serve(sim: &mut Sim<'_>, node: NodeIx, to: NodeIx, t: u64) {
             ),
             _ => (None, None, Kind::Digest),
         },
-        _ => match wire::encode_full(&s.local.full_array()) {
-            Ok(body) => (Some(Body(body.into())), None, Kind::SummaryFetch),
-            Err(_) => (None, None, Kind::SummaryFetch),
-        },
+        _ => {
+            let version = s.local.version();
+            if s.served_full.as_ref().is_none_or(|(v, _)| *v != version) {
+                s.served_full = wire::encode_full(&s.local.full_array())
+                    .ok()
+                    .map(|body| (version, Body(body.into())));
+            }
+            let body = s.served_full.as_ref().map(|(_, body)| body.clone());
+            (body, None, Kind::SummaryFetch)
+        }
     };
     let bytes = body.as_ref().map_or(0, |b| b.0.len() as u64);
     if body.is_some() {
@@ -564,22 +637,23 @@ fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<
     match body {
         None => {
             s.peers.reject(at, peer, Rejection::FetchFailed);
-            s.wanting[peer.0] = true;
+            s.wanting.set(peer, true);
         }
         Some(body) => {
             let bytes = body.0.len() as u64;
+            let shared = &mut sim.proto.summary_arrays;
             if protocol == Protocol::Digest {
-                match CacheDigest::decode(&body.0) {
-                    Ok(d) => {
-                        s.peers.install_digest(at, peer, &d, bytes);
-                        s.wanting[peer.0] = false;
+                match shared.digest(&body.0) {
+                    Ok(array) => {
+                        s.peers.install_array(at, peer, array, None, bytes);
+                        s.wanting.set(peer, false);
                         // `Expires` minus now, as `SystemTime::duration_since`: none when
                         // already past (then the whole period).
                         let ttl = expires
                             .and_then(|e| e.checked_sub(t))
                             .unwrap_or(period)
                             .clamp(SECOND, period.max(SECOND));
-                        s.refresh.insert(peer.0, t + ttl);
+                        s.refresh.set(peer, t + ttl);
                     }
                     Err(e) => {
                         let why = match e {
@@ -587,15 +661,25 @@ fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<
                             _ => Rejection::Malformed,
                         };
                         s.peers.reject(at, peer, why);
-                        s.wanting[peer.0] = true;
+                        s.wanting.set(peer, true);
                     }
                 }
             } else {
-                match wire::decode_full(&body.0) {
+                match shared.full(&body.0) {
                     Ok(full) => {
-                        s.peers.install_full(at, peer, full, bytes);
+                        match full {
+                            Some((array, seq)) => {
+                                s.peers.install_array(at, peer, array, Some(seq), bytes);
+                            }
+                            // Unknown hash parameters: refused (and counted) there.
+                            None => {
+                                if let Ok(full) = wire::decode_full(&body.0) {
+                                    s.peers.install_full(at, peer, full, bytes);
+                                }
+                            }
+                        }
                         // Refused for unknown hash parameters, it is still wanted.
-                        s.wanting[peer.0] = !s.peers.has(peer);
+                        s.wanting.set(peer, !s.peers.has(peer));
                     }
                     Err(e) => {
                         let why = match e {
@@ -603,7 +687,7 @@ fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<
                             _ => Rejection::Malformed,
                         };
                         s.peers.reject(at, peer, why);
-                        s.wanting[peer.0] = true;
+                        s.wanting.set(peer, true);
                     }
                 }
             }
