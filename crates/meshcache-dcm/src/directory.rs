@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
+use meshcache_wire::directory::Placement;
 use serde::{Deserialize, Serialize};
 
 use crate::icp::{IcpMesh, Outcome, Reply, ReplyKind};
@@ -400,7 +401,7 @@ struct Pending {
 pub struct Directory {
     me: SocketAddrV4,
     /// Our name, then the members' (the placement hash's input).
-    names: Vec<String>,
+    placement: Placement,
     members: Vec<Member>,
     by_addr: HashMap<SocketAddrV4, u16>,
     config: DirectoryConfig,
@@ -432,9 +433,11 @@ impl Directory {
             .collect();
         Directory {
             me,
-            names: std::iter::once(my_name.to_owned())
-                .chain(members.iter().map(|m| m.name.clone()))
-                .collect(),
+            placement: Placement::new(
+                std::iter::once(my_name.to_owned())
+                    .chain(members.iter().map(|m| m.name.clone()))
+                    .collect(),
+            ),
             members,
             by_addr,
             table: Table::new(config.max_entries, config.flush, config.ttl),
@@ -475,7 +478,7 @@ impl Directory {
 
     /// The member keeping `key`'s entry (`MEMBER_SELF` for us).
     fn owner_of(&self, key: &[u8; 16]) -> u16 {
-        match meshcache_wire::directory::owner_index(&self.names, key) {
+        match self.placement.owner_index(key) {
             Some(0) | None => MEMBER_SELF,
             Some(i) => (i - 1) as u16,
         }

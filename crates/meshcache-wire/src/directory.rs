@@ -640,8 +640,43 @@ fn mix64(mut z: u64) -> u64 {
 /// the module documentation for `mix` and `fnv1a64`). The member with the highest score owns
 /// the URL's directory entry.
 pub fn owner_score(member: &str, url_key: &[u8; 16]) -> u64 {
+    score_hashed(fnv1a64(member.as_bytes()), url_key)
+}
+
+/// [`owner_score`] with the member's name already hashed.
+fn score_hashed(member_hash: u64, url_key: &[u8; 16]) -> u64 {
     let [a, b, c, d, e, f, g, h, ..] = *url_key;
-    mix64(u64::from_be_bytes([a, b, c, d, e, f, g, h]) ^ fnv1a64(member.as_bytes()))
+    mix64(u64::from_be_bytes([a, b, c, d, e, f, g, h]) ^ member_hash)
+}
+
+/// A member set ready for many placements: [`owner_index`] with each name hashed once, for a
+/// member that places every URL it looks up (the names' hash is most of a score's cost).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    names: Vec<String>,
+    hashes: Vec<u64>,
+}
+
+impl Placement {
+    /// The member set `names`, in the order [`Placement::owner_index`] counts them.
+    pub fn new(names: Vec<String>) -> Placement {
+        let hashes = names.iter().map(|n| fnv1a64(n.as_bytes())).collect();
+        Placement { names, hashes }
+    }
+
+    /// The same answer as [`owner_index`] over the names.
+    pub fn owner_index(&self, url_key: &[u8; 16]) -> Option<usize> {
+        let mut best: Option<(u64, &str, usize)> = None;
+        for (index, (member, &hash)) in self.names.iter().zip(&self.hashes).enumerate() {
+            let score = score_hashed(hash, url_key);
+            if best.is_none_or(|(best_score, best_name, _)| {
+                beats(score, member, best_score, best_name)
+            }) {
+                best = Some((score, member, index));
+            }
+        }
+        best.map(|(_, _, index)| index)
+    }
 }
 
 /// Whether `(score, name)` beats `(best_score, best_name)`: higher score, or equal score and a
@@ -685,6 +720,22 @@ pub fn owner_index<S: AsRef<str>>(members: &[S], url_key: &[u8; 16]) -> Option<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_placement_agrees_with_owner_index() {
+        let names: Vec<String> = (0..50).map(|i| format!("node-{i}")).collect();
+        let mut repeated = names.clone();
+        repeated.push("node-7".into());
+        for set in [names, repeated, Vec::new()] {
+            let placement = Placement::new(set.clone());
+            for k in 0u32..500 {
+                let mut key = [0u8; 16];
+                key[..4].copy_from_slice(&k.wrapping_mul(2_654_435_761).to_be_bytes());
+                key[4..8].copy_from_slice(&k.to_le_bytes());
+                assert_eq!(placement.owner_index(&key), owner_index(&set, &key));
+            }
+        }
+    }
 
     #[test]
     fn fnv1a64_matches_the_published_vectors() {
