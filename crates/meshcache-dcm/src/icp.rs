@@ -250,10 +250,8 @@ impl IcpMesh {
         self.begin_guided(now, url, host, hierarchical, |_| true)
     }
 
-    /// As [`IcpMesh::begin`], querying only the peers `candidate` accepts: a step of Summary
-    /// Cache's search ([`crate::summary::Walk`]), where a peer is asked only when its summary
-    /// says it may hold the object. With
-    /// no sibling and at most one parent left, nothing is sent.
+    /// As [`IcpMesh::begin`], querying only the peers `candidate` accepts (every peer of the
+    /// table is offered to it). With no sibling and at most one parent left, nothing is sent.
     pub fn begin_guided(
         &mut self,
         now: Instant,
@@ -273,7 +271,9 @@ impl IcpMesh {
     }
 
     /// As [`IcpMesh::begin_guided`] with the candidates named: `among` (in any order). For a
-    /// search that asks a few of many peers, without looking at the others.
+    /// search that asks a few of many peers without looking at the others: a step of Summary
+    /// Cache's search ([`crate::summary::Walk`]), where a peer is asked only when its summary
+    /// says it may hold the object.
     pub fn begin_among(
         &mut self,
         now: Instant,

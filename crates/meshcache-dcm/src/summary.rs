@@ -35,10 +35,10 @@ use meshcache_wire::summary::{DirUpdate, FullArray, HashParams, Update, MAX_UPDA
 use serde::Serialize;
 
 use crate::icp::{IcpMesh, Search};
-
-pub mod pace;
 use crate::peer::{PeerId, Role};
 use crate::select::{Hop, Route};
+
+pub mod pace;
 
 /// The paper's default share of changed documents that triggers an update (1 %).
 pub const DEFAULT_THRESHOLD: f64 = 0.01;

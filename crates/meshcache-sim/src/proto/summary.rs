@@ -1,7 +1,7 @@
 //! Summary Cache (`summary`) and Squid's Cache Digests (`digest`) on the virtual clock: the
 //! proxy's summary driver (`meshcache-proxy/src/summary.rs`) and the summary branch of its
 //! `Coop::route`, calling the same `meshcache-dcm` machines ([`LocalSummary`],
-//! [`PeerSummaries`], `IcpMesh::begin_guided` / `digest_route`) and the same wire codecs.
+//! [`PeerSummaries`], `IcpMesh::begin_among` / `digest_route`) and the same wire codecs.
 //!
 //! Per node, [`NodeState`] holds what the proxy's `Summaries` holds. Its life, function by
 //! function of the proxy:
@@ -27,7 +27,7 @@
 //!   seconds, clamped to 1 s..`digest_interval`).
 //! - `Coop::route`: the peers whose summary may hold the object; none and no parent: the
 //!   origin, no search; `digest`: `digest_route`, no query; `summary`: `Coop::walk` asks
-//!   them one at a time ([`Walk`], each step a `begin_guided` search; [`step_decided`] takes
+//!   them one at a time ([`Walk`], each step a `begin_among` search; [`step_decided`] takes
 //!   the next step when a step ends without the answer). An ICP MISS from a queried peer, or
 //!   a 504 from a digest's sibling, is a false hit.
 //!
