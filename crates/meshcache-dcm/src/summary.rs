@@ -625,12 +625,16 @@ impl PeerSummaries {
         let seq = full.seq;
         match array_of(full) {
             Some(array) => self.install_array(now, peer, Arc::new(array), Some(seq), bytes),
-            None => {
-                if let Some(p) = self.peers.get_mut(peer.0) {
-                    p.stats.rejected_malformed += 1;
-                    p.set_array(None);
-                }
-            }
+            None => self.refuse_hashing(peer),
+        }
+    }
+
+    /// A whole summary from `peer` named hash parameters we do not know ([`array_of`] gave
+    /// `None`): counted as malformed, and the peer is a miss for everything until the next.
+    pub fn refuse_hashing(&mut self, peer: PeerId) {
+        if let Some(p) = self.peers.get_mut(peer.0) {
+            p.stats.rejected_malformed += 1;
+            p.set_array(None);
         }
     }
 

@@ -666,16 +666,12 @@ impl Placement {
 
     /// The same answer as [`owner_index`] over the names.
     pub fn owner_index(&self, url_key: &[u8; 16]) -> Option<usize> {
-        let mut best: Option<(u64, &str, usize)> = None;
-        for (index, (member, &hash)) in self.names.iter().zip(&self.hashes).enumerate() {
-            let score = score_hashed(hash, url_key);
-            if best.is_none_or(|(best_score, best_name, _)| {
-                beats(score, member, best_score, best_name)
-            }) {
-                best = Some((score, member, index));
-            }
-        }
-        best.map(|(_, _, index)| index)
+        let hashed = self
+            .names
+            .iter()
+            .map(String::as_str)
+            .zip(self.hashes.iter().copied());
+        best(hashed, url_key).map(|(index, _)| index)
     }
 }
 
@@ -692,29 +688,33 @@ pub fn owner<'m>(
     members: impl IntoIterator<Item = &'m str>,
     url_key: &[u8; 16],
 ) -> Option<&'m str> {
-    let mut best: Option<(u64, &'m str)> = None;
-    for member in members {
-        let score = owner_score(member, url_key);
-        if best.is_none_or(|(best_score, best_name)| beats(score, member, best_score, best_name)) {
-            best = Some((score, member));
-        }
-    }
-    best.map(|(_, member)| member)
+    let hashed = members.into_iter().map(|m| (m, fnv1a64(m.as_bytes())));
+    best(hashed, url_key).map(|(_, member)| member)
 }
 
 /// Like [`owner`], returning the owner's index in `members` (the first one if a name is
 /// repeated).
 pub fn owner_index<S: AsRef<str>>(members: &[S], url_key: &[u8; 16]) -> Option<usize> {
-    let mut best: Option<(u64, &str, usize)> = None;
-    for (index, member) in members.iter().enumerate() {
-        let member = member.as_ref();
-        let score = owner_score(member, url_key);
+    let hashed = members
+        .iter()
+        .map(|m| (m.as_ref(), fnv1a64(m.as_ref().as_bytes())));
+    best(hashed, url_key).map(|(index, _)| index)
+}
+
+/// The index and name of the member with the best score among `members` (name, name's hash).
+fn best<'m>(
+    members: impl Iterator<Item = (&'m str, u64)>,
+    url_key: &[u8; 16],
+) -> Option<(usize, &'m str)> {
+    let mut best: Option<(u64, &'m str, usize)> = None;
+    for (index, (member, hash)) in members.enumerate() {
+        let score = score_hashed(hash, url_key);
         if best.is_none_or(|(best_score, best_name, _)| beats(score, member, best_score, best_name))
         {
             best = Some((score, member, index));
         }
     }
-    best.map(|(_, _, index)| index)
+    best.map(|(_, member, index)| (index, member))
 }
 
 #[cfg(test)]

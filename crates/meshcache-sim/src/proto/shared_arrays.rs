@@ -219,8 +219,7 @@ mod tests {
         );
     }
 
-    /// A reader that holds the only reference changes it in place; a stale entry whose base
-    /// is gone is never used for a new array at the same address.
+    /// A reader that holds the only reference, with no entry naming it, changes it in place.
     #[test]
     fn an_own_array_changes_in_place() {
         let mut sender = LocalSummary::new(1000, 8, Hashing::DIGEST, 0.01, 1);

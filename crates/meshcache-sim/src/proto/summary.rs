@@ -671,12 +671,7 @@ fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<
                             Some((array, seq)) => {
                                 s.peers.install_array(at, peer, array, Some(seq), bytes);
                             }
-                            // Unknown hash parameters: refused (and counted) there.
-                            None => {
-                                if let Ok(full) = wire::decode_full(&body.0) {
-                                    s.peers.install_full(at, peer, full, bytes);
-                                }
-                            }
+                            None => s.peers.refuse_hashing(peer),
                         }
                         // Refused for unknown hash parameters, it is still wanted.
                         s.wanting.set(peer, !s.peers.has(peer));
