@@ -229,9 +229,10 @@ AUTH_HEADER="Basic $(printf '%s:%s' "$AUTH_USER" "$AUTH_PASS" | base64 -w0)"
 
 mkdir -p "$WORK/conf"
 # The blocklist, of the shape crates/meshcache-policy/benches/rules.rs builds: half suffixes
-# (".hostN.trackerM.example"), half exact hosts.
-awk -v n="$LIST_SIZE" 'BEGIN { for (i = 0; i < n; i++) printf "%shost%d.tracker%d.example\n", (i % 2 == 0 ? "." : ""), i, i % 997 }' >"$WORK/blocked.txt"
-BLOCKED_HOST="cdn.host4242.tracker$((4242 % 997)).example"   # under the list's .host4242.tracker254.example
+# (".hostN.trackerM.TLD"), half exact hosts, spread over com, net and org as real lists are
+# (so the benchmark's host, under .org, shares its last label with a third of the list).
+awk -v n="$LIST_SIZE" 'BEGIN { split("com net org", tld, " "); for (i = 0; i < n; i++) printf "%shost%d.tracker%d.%s\n", (i % 2 == 0 ? "." : ""), i, i % 997, tld[i % 3 + 1] }' >"$WORK/blocked.txt"
+BLOCKED_HOST="cdn.host4242.tracker$((4242 % 997)).com"   # under the list's .host4242.tracker254.com
 # A bcrypt user (htpasswd -B: cost 5, its default), plus a few others so the file is not trivial.
 htpasswd -B -b -c "$WORK/conf/users.htpasswd" "$AUTH_USER" "$AUTH_PASS" 2>/dev/null
 for u in bob carol dave; do htpasswd -B -b "$WORK/conf/users.htpasswd" "$u" "pw-$u" 2>/dev/null; done

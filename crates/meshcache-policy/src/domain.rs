@@ -30,6 +30,16 @@ impl DomainSet {
         self.len() == 0
     }
 
+    /// The exact names and the suffixes (without their dot), for [`crate::domain_index`].
+    pub(crate) fn into_names(
+        self,
+    ) -> (
+        impl Iterator<Item = Box<str>>,
+        impl Iterator<Item = Box<str>>,
+    ) {
+        (self.exact.into_iter(), self.suffix.into_iter())
+    }
+
     /// Whether `host` (lower-case, as the proxy keeps hosts) is in the set.
     pub fn contains_host(&self, host: &str) -> bool {
         let host = host.strip_suffix('.').unwrap_or(host);

@@ -67,6 +67,11 @@ impl<S: ItemSet> Items<S> {
         Ok(Some(Self { plain, negated }))
     }
 
+    /// The plain and the negated items' sets.
+    pub(crate) fn into_parts(self) -> (Option<S>, Option<S>) {
+        (self.plain, self.negated)
+    }
+
     /// The plain items, if any.
     pub(crate) fn plain(&self) -> Option<&S> {
         self.plain.as_ref()

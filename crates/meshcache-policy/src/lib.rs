@@ -11,6 +11,7 @@
 //! - [`config`]: the serde shape of a rule (`[[access]]`) and of the named lists.
 //! - [`items`]: the "any plain item, no negated item" combinator every matcher shares.
 //! - [`domain`], [`ipset`], [`port`], [`names`], [`url`], [`time`]: one file per kind of item set.
+//! - `domain_index`: every `domain` matcher of a rule list in one table, one lookup per request.
 //! - [`list`]: named list files, read once per load.
 //! - [`rule`] and [`rules`]: a compiled rule and the ordered list that decides a [`Request`].
 //!
@@ -23,6 +24,7 @@
 
 pub mod config;
 pub mod domain;
+mod domain_index;
 mod error;
 pub mod ipset;
 mod items;

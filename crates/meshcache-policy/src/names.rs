@@ -90,6 +90,9 @@ impl NameKind for Group {
     }
 }
 
+/// Sets of at most this many names are searched by comparing each.
+const FEW: usize = 4;
+
 /// A set of names of one kind.
 #[derive(Debug, Default)]
 pub struct NameSet<K> {
@@ -123,7 +126,14 @@ impl<K: NameKind> ItemSet for NameSet<K> {
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.any || self.names.contains(name)
+        self.any
+            || if self.names.len() <= FEW {
+                // A method list of a rule has one to four names: comparing them costs less
+                // than hashing the probe.
+                self.names.iter().any(|n| **n == *name)
+            } else {
+                self.names.contains(name)
+            }
     }
 }
 

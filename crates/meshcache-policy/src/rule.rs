@@ -4,6 +4,7 @@ use std::net::IpAddr;
 
 use crate::config::{Action, RuleConfig};
 use crate::domain::DomainSet;
+use crate::domain_index::{DomainIndex, DomainMatcher, HostProbe};
 use crate::ipset::IpSet;
 use crate::items::{BuildError, ItemSet, Items};
 use crate::list::Lists;
@@ -81,7 +82,7 @@ pub struct Rule {
     port: Option<Items<PortSet>>,
     scheme: Option<Items<NameSet<Scheme>>>,
     src: Option<Items<IpSet>>,
-    domain: Option<Items<DomainSet>>,
+    domain: Option<DomainMatcher>,
     time: Option<Items<TimeSet>>,
     url: Option<Items<UrlSet>>,
     dst: Option<Items<IpSet>>,
@@ -106,15 +107,28 @@ fn is<S: ItemSet>(items: &Option<Items<S>>, probe: S::Probe<'_>) -> bool {
 }
 
 impl Rule {
-    /// Compiles rule number `rule` (from 1, for errors).
-    pub fn compile(rule: usize, config: &RuleConfig, lists: &Lists) -> Result<Self, RuleError> {
+    /// Compiles rule number `rule` (from 1, for errors); its `domain` sets go into `domains`,
+    /// the index of its rule list.
+    pub(crate) fn compile(
+        rule: usize,
+        config: &RuleConfig,
+        lists: &Lists,
+        domains: &mut DomainIndex,
+    ) -> Result<Self, RuleError> {
+        let domain = build::<DomainSet>(rule, "domain", &config.domain, lists)?.map(|items| {
+            let (plain, negated) = items.into_parts();
+            DomainMatcher {
+                plain: plain.map(|s| domains.add(s)),
+                negated: negated.map(|s| domains.add(s)),
+            }
+        });
         Ok(Self {
             action: config.action,
             method: build(rule, "method", &config.method, lists)?,
             port: build(rule, "port", &config.port, lists)?,
             scheme: build(rule, "scheme", &config.scheme, lists)?,
             src: build(rule, "src", &config.src, lists)?,
-            domain: build(rule, "domain", &config.domain, lists)?,
+            domain,
             time: build(rule, "time", &config.time, lists)?,
             url: build(rule, "url_regex", &config.url_regex, lists)?,
             dst: build(rule, "dst", &config.dst, lists)?,
@@ -143,9 +157,10 @@ impl Rule {
         self.group.is_some()
     }
 
-    /// How the rule stands against `req`: the cheap, known matchers first, so a rule that fails
-    /// on them never asks for a fact that costs a lookup.
-    pub(crate) fn check<'r>(&'r self, req: &Request<'_>) -> Match<'r> {
+    /// How the rule stands against `req`, whose host is probed in the rule list's domain
+    /// index: the cheap, known matchers first, so a rule that fails on them never asks for a
+    /// fact that costs a lookup.
+    pub(crate) fn check<'r>(&'r self, req: &Request<'_>, host: &mut HostProbe<'_>) -> Match<'r> {
         let known = is(&self.method, req.method)
             && is(&self.port, req.port)
             && self
@@ -153,7 +168,7 @@ impl Rule {
                 .as_ref()
                 .is_none_or(|m| m.matches_option(req.scheme))
             && is(&self.src, req.src)
-            && is(&self.domain, req.host)
+            && self.domain.is_none_or(|d| d.matches(host))
             && is(&self.time, req.now)
             && is(&self.url, req.url);
         if !known {

@@ -1,6 +1,7 @@
 //! An ordered rule list: the first rule that matches decides.
 
 use crate::config::{Action, RuleConfig};
+use crate::domain_index::{DomainIndex, HostProbe};
 use crate::list::Lists;
 use crate::rule::{Match, Need, Request, Rule};
 use crate::RuleError;
@@ -9,6 +10,8 @@ use crate::RuleError;
 #[derive(Debug, Default)]
 pub struct Rules {
     rules: Vec<Rule>,
+    /// Every rule's `domain` sets.
+    domains: DomainIndex,
 }
 
 /// What the rules say about a request.
@@ -40,12 +43,13 @@ pub enum Decision<'r> {
 impl Rules {
     /// Compiles rules as configured; an error names the rule (from 1) and key.
     pub fn compile(configs: &[RuleConfig], lists: &Lists) -> Result<Self, RuleError> {
+        let mut domains = DomainIndex::default();
         let rules = configs
             .iter()
             .enumerate()
-            .map(|(i, c)| Rule::compile(i + 1, c, lists))
+            .map(|(i, c)| Rule::compile(i + 1, c, lists, &mut domains))
             .collect::<Result<_, _>>()?;
-        Ok(Self { rules })
+        Ok(Self { rules, domains })
     }
 
     /// Whether there are no rules.
@@ -75,8 +79,9 @@ impl Rules {
 
     /// Decides `req`, looking at rules from `from` (0 to start).
     pub fn decide(&self, req: &Request<'_>, from: usize) -> Decision<'_> {
+        let mut host = HostProbe::new(&self.domains, req.host);
         for (i, rule) in self.rules.iter().enumerate().skip(from) {
-            match rule.check(req) {
+            match rule.check(req, &mut host) {
                 Match::No => continue,
                 Match::Yes => {
                     return Decision::Matched {

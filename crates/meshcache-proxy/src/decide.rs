@@ -84,9 +84,6 @@ pub(crate) async fn decide(
     if rules.is_empty() {
         return Decided::NoMatch;
     }
-    if facts.addrs.is_none() {
-        facts.addrs = resolver.known(subject.host).map(|ip| Arc::from([ip]));
-    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
