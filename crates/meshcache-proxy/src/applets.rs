@@ -574,7 +574,8 @@ async fn fetch_module(shared: &Shared, url: &str, max: u64) -> Result<Bytes, Str
     req.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/wasm"));
     if shared.config.http.via {
-        req.headers_mut().insert(header::VIA, shared.via.clone());
+        req.headers_mut()
+            .insert(header::VIA, shared.via.own().clone());
     }
     let limit = shared.config.upstream.read_timeout + shared.config.upstream.connect_timeout;
     let fetch = async {
@@ -637,7 +638,7 @@ async fn post_log(shared: &Shared, destination: &str, body: Bytes) -> Result<(),
         );
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         if shared.config.http.via {
-            h.insert(header::VIA, shared.via.clone());
+            h.insert(header::VIA, shared.via.own().clone());
         }
         let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();

@@ -47,13 +47,45 @@ pub fn append_via(headers: &mut HeaderMap, via: &HeaderValue) {
     headers.append(header::VIA, via.clone());
 }
 
-/// The `Via` value this node adds.
-pub fn via_value(name: &str) -> HeaderValue {
-    HeaderValue::from_str(&format!(
-        "1.1 {name} (meshcache/{})",
-        env!("CARGO_PKG_VERSION")
-    ))
-    .unwrap_or_else(|_| HeaderValue::from_static("1.1 meshcache"))
+/// This node's `Via` entries. The entry names the protocol version of the message as this
+/// node received it (RFC 9110 §7.6.3): a request from an HTTP/1.0 client goes upstream with
+/// `1.0 NAME`, a response from an HTTP/1.0 origin goes to the client with it; what the node
+/// makes itself (hits, errors, its own requests) says `1.1`.
+#[derive(Clone, Debug)]
+pub struct OwnVia {
+    http_11: HeaderValue,
+    http_10: HeaderValue,
+}
+
+impl OwnVia {
+    /// The entries of the node called `name`.
+    pub fn new(name: &str) -> Self {
+        let entry = |version: &str| {
+            HeaderValue::from_str(&format!(
+                "{version} {name} (meshcache/{})",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .unwrap_or_else(|_| HeaderValue::from_static("1.1 meshcache"))
+        };
+        Self {
+            http_11: entry("1.1"),
+            http_10: entry("1.0"),
+        }
+    }
+
+    /// The entry for a message this node makes itself.
+    pub fn own(&self) -> &HeaderValue {
+        &self.http_11
+    }
+
+    /// The entry for a message received as `version` (HTTP/1.0 and older as `1.0`).
+    pub fn received(&self, version: http::Version) -> &HeaderValue {
+        if version <= http::Version::HTTP_10 {
+            &self.http_10
+        } else {
+            &self.http_11
+        }
+    }
 }
 
 /// The most proxies a request may have passed through before we refuse it as a loop.

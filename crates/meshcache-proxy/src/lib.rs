@@ -86,7 +86,7 @@ pub(crate) struct Shared {
     applets: Option<Arc<applets::Active>>,
     metrics: Arc<metrics::Metrics>,
     log: Option<accesslog::AccessLog>,
-    via: http::HeaderValue,
+    via: headers::OwnVia,
     x_cache_hit: http::HeaderValue,
     x_cache_miss: http::HeaderValue,
     /// `Cache-Status` of a response an applet built for a hit.

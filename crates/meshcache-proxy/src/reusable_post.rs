@@ -65,6 +65,7 @@ mod tests {
             url: "http://a.test/form?x=1".into(),
             path: "/form?x=1".into(),
             directness: Directness::Either,
+            received: http::Version::HTTP_11,
         }
     }
 

@@ -145,7 +145,7 @@ impl Proxy {
             Cache::with_disks(memory, arena, &disk_settings(&config)).map_err(ProxyError::Disk)?;
         let resolver = Arc::new(crate::resolve::Resolver::new(&config.dns));
         let upstream = Upstream::with_resolver(config.upstream.clone(), resolver, metrics.clone());
-        let via = headers::via_value(&config.name);
+        let via = headers::OwnVia::new(&config.name);
         let x_cache = |what: &str| {
             http::HeaderValue::from_str(&format!("{what} from {}", config.name))
                 .unwrap_or_else(|_| http::HeaderValue::from_static("MISS"))

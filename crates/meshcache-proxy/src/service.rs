@@ -156,6 +156,7 @@ pub(crate) async fn handle(
         }
     };
     target.directness = admitted.directness;
+    target.received = parts.version;
     if headers::via_contains(&parts.headers, &shared.config.name)
         || headers::via_hops(&parts.headers) > headers::MAX_VIA_HOPS
     {
@@ -250,10 +251,16 @@ fn purge(
     resp
 }
 
-/// Appends this node's `Via` unless `http.via` is off.
+/// Appends this node's `Via` to a message it makes itself, unless `http.via` is off.
 fn add_via(shared: &Shared, headers: &mut HeaderMap) {
+    add_via_received(shared, headers, Version::HTTP_11);
+}
+
+/// Appends this node's `Via` to a message it forwards, received as `version`, unless
+/// `http.via` is off.
+fn add_via_received(shared: &Shared, headers: &mut HeaderMap, version: Version) {
     if shared.config.http.via {
-        headers::append_via(headers, &shared.via);
+        headers::append_via(headers, shared.via.received(version));
     }
 }
 
@@ -446,7 +453,7 @@ pub(crate) fn upstream_request(
     if let Ok(v) = HeaderValue::from_str(&host) {
         h.insert(header::HOST, v);
     }
-    add_via(shared, h);
+    add_via_received(shared, h, target.received);
     out
 }
 
@@ -1017,6 +1024,7 @@ fn relay_response(
         ..
     } = fwd;
     let (mut rparts, incoming) = response.into_parts();
+    let received = rparts.version;
     // We send our own HTTP-version, not the origin's (RFC 9110 §6.2): the server would
     // otherwise write the received version into the status line, and an HTTP/1.0 origin's
     // answer would tell an HTTP/1.1 client this hop speaks 1.0 only.
@@ -1156,7 +1164,7 @@ fn relay_response(
         }
     }
     let _ = write!(detail, "; fwd-status={}", rparts.status.as_u16());
-    add_via(shared, &mut rparts.headers);
+    add_via_received(shared, &mut rparts.headers, received);
     rparts
         .headers
         .append(X_CACHE.clone(), shared.x_cache_miss.clone());

@@ -637,7 +637,7 @@ async fn get(
         HeaderValue::from_static("application/cache-digest"),
     );
     h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
-    h.insert(header::VIA, shared.via.clone());
+    h.insert(header::VIA, shared.via.own().clone());
     if let Some(v) = inbox.and_then(|v| HeaderValue::from_str(v).ok()) {
         h.insert(INBOX_HEADER, v);
     }

@@ -2,7 +2,7 @@
 //! request line's path, host and port), and URI references (`Location`, `Content-Location`)
 //! resolved against it.
 
-use http::{StatusCode, Uri};
+use http::{StatusCode, Uri, Version};
 
 use crate::routing::Directness;
 
@@ -19,6 +19,9 @@ pub(crate) struct Target {
     pub path: String,
     /// Where it may go (the routing rules).
     pub directness: Directness,
+    /// The HTTP version the client's request came in (the upstream request's `Via` says it);
+    /// `HTTP/1.1` for requests the node makes itself.
+    pub received: Version,
 }
 
 impl Target {
@@ -95,6 +98,7 @@ impl Target {
             url,
             path,
             directness: Directness::Either,
+            received: Version::HTTP_11,
         })
     }
 }
@@ -184,6 +188,7 @@ mod tests {
             url: url.into(),
             path: path.into(),
             directness: Directness::Either,
+            received: Version::HTTP_11,
         }
     }
 

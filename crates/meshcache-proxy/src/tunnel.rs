@@ -137,7 +137,7 @@ async fn through_parent(
                 .await?;
             let mut request = format!(
                 "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\nVia: {}\r\n",
-                shared.via.to_str().unwrap_or("1.1 meshcache")
+                shared.via.own().to_str().unwrap_or("1.1 meshcache")
             )
             .into_bytes();
             if let Some(credentials) = crate::coop::passed_credentials(shared, peer, headers) {

@@ -103,6 +103,63 @@ async fn a_response_from_an_http_1_0_origin_goes_out_as_http_1_1() {
     proxy.stop().await;
 }
 
+/// The field `Via` of a raw response (its last entry is this node's).
+fn raw_via(response: &str) -> String {
+    raw_fields(response)
+        .into_iter()
+        .filter(|(n, _)| n == "via")
+        .map(|(_, v)| v)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[tokio::test]
+async fn via_names_the_version_each_message_was_received_in() {
+    // RFC 9110 §7.6.3: a Via entry's protocol is that of the message as this node received
+    // it. An HTTP/1.0 request goes upstream with "1.0 NAME"; an HTTP/1.0 origin's response
+    // reaches the client with "1.0 NAME"; HTTP/1.1 messages, and hits (made here), say "1.1".
+    let origin = Scripted::start(8, |seen, _| {
+        let status = if seen.target().starts_with("/old") {
+            "HTTP/1.0 200 OK"
+        } else {
+            "HTTP/1.1 200 OK"
+        };
+        reply(status, &[("Cache-Control", "max-age=60")], b"body")
+    })
+    .await;
+    let proxy = node(|_| {}).await;
+    let name = "meshcache/";
+    for (path, client, upstream_entry, response_entry) in [
+        ("/new-a", "HTTP/1.0", "1.0 ", "1.1 "),
+        ("/new-b", "HTTP/1.1", "1.1 ", "1.1 "),
+        ("/old-a", "HTTP/1.1", "1.1 ", "1.0 "),
+    ] {
+        let url = origin.url(path);
+        let req = format!(
+            "GET {url} {client}\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            origin.addr
+        );
+        let got = raw(proxy.addr, req.as_bytes()).await;
+        assert_eq!(raw_body(&got), "body", "{path}: {got}");
+        let seen = origin.requests_for("GET", path);
+        let sent_via = seen[0].header("via").unwrap_or_default().to_owned();
+        assert!(
+            sent_via.starts_with(upstream_entry) && sent_via.contains(name),
+            "{path} from an {client} client went upstream with Via: {sent_via}"
+        );
+        let via = raw_via(&got);
+        assert!(
+            via.starts_with(response_entry) && via.contains(name),
+            "{path}: the miss reached the client with Via: {via}"
+        );
+        let hit = raw(proxy.addr, req.as_bytes()).await;
+        let via = raw_via(&hit);
+        assert!(via.starts_with("1.1 "), "{path}: a hit says 1.1: {via}");
+        assert_eq!(origin.count("GET", path), 1, "{path}: the second was a hit");
+    }
+    proxy.stop().await;
+}
+
 #[tokio::test]
 async fn interim_responses_are_consumed_and_never_stored() {
     let origin = Scripted::start(8, |_, _| {
