@@ -98,20 +98,25 @@ struct Reader {
 }
 
 impl Reader {
-    fn take(&mut self, n: usize) -> Result<Bytes, MetaError> {
+    /// The next `n` bytes, borrowed (no reference count is touched: scalars and names are
+    /// read this way).
+    fn raw(&mut self, n: usize) -> Result<&[u8], MetaError> {
         let end = self.at.checked_add(n).ok_or(MetaError::Truncated)?;
-        if end > self.bytes.len() {
-            return Err(MetaError::Truncated);
-        }
-        let out = self.bytes.slice(self.at..end);
+        let out = self.bytes.get(self.at..end).ok_or(MetaError::Truncated)?;
         self.at = end;
         Ok(out)
     }
 
+    /// The next `n` bytes as a slice of the record's buffer (field values keep it, uncopied).
+    fn take(&mut self, n: usize) -> Result<Bytes, MetaError> {
+        let start = self.at;
+        self.raw(n)?;
+        Ok(self.bytes.slice(start..self.at))
+    }
+
     fn array<const N: usize>(&mut self) -> Result<[u8; N], MetaError> {
-        let b = self.take(N)?;
         let mut a = [0u8; N];
-        a.copy_from_slice(&b);
+        a.copy_from_slice(self.raw(N)?);
         Ok(a)
     }
 
@@ -133,8 +138,8 @@ impl Reader {
 
     fn name(&mut self) -> Result<HeaderName, MetaError> {
         let len = self.u16()?;
-        let raw = self.take(usize::from(len))?;
-        HeaderName::from_bytes(&raw).map_err(|_| MetaError::Invalid("field name"))
+        let raw = self.raw(usize::from(len))?;
+        HeaderName::from_bytes(raw).map_err(|_| MetaError::Invalid("field name"))
     }
 
     fn end(&self) -> Result<(), MetaError> {
