@@ -42,7 +42,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     headers.remove(header::TRANSFER_ENCODING);
 }
 
-/// Appends our hop to `Via` ("1.1 NAME (meshcache/VERSION)").
+/// Appends our hop to `Via` (an entry of [`OwnVia`]).
 pub fn append_via(headers: &mut HeaderMap, via: &HeaderValue) {
     headers.append(header::VIA, via.clone());
 }
