@@ -105,6 +105,8 @@ pub struct DirectoryConfig {
     pub flush: Flush,
 }
 
+/// The defaults of the proxy's and the simulator's `directory_*` settings, which take them
+/// from here.
 impl Default for DirectoryConfig {
     fn default() -> Self {
         DirectoryConfig {
@@ -113,11 +115,22 @@ impl Default for DirectoryConfig {
             variant: Variant::Requester,
             mode: UpdateMode::Pessimistic,
             ttl: Duration::from_secs(3600),
-            max_entries: 100_000,
+            max_entries: Self::entries_in(DEFAULT_MEMORY),
             flush: Flush::Lru,
         }
     }
 }
+
+impl DirectoryConfig {
+    /// The entries `memory` bytes of directory hold, at [`ENTRY_BYTES`] each.
+    pub fn entries_in(memory: u64) -> usize {
+        usize::try_from(memory).unwrap_or(usize::MAX) / ENTRY_BYTES
+    }
+}
+
+/// Memory for a member's share of the directory unless configured otherwise: 16 MiB, 131,072
+/// entries.
+pub const DEFAULT_MEMORY: u64 = 16 << 20;
 
 /// Bytes one directory entry costs, as budgeted: the 16-byte key, the holder list (up to four
 /// holders inline), the replacement index and the hash table's own share.

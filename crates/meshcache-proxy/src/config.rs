@@ -593,6 +593,7 @@ pub struct CooperationConfig {
 
 impl Default for CooperationConfig {
     fn default() -> Self {
+        let directory = meshcache_dcm::directory::DirectoryConfig::default();
         Self {
             protocol: Protocol::None,
             icp_listen: SocketAddr::from(([127, 0, 0, 1], 3130)),
@@ -608,13 +609,13 @@ impl Default for CooperationConfig {
             summary_capacity: 0,
             summary_threshold: 0.01,
             digest_rebuild_period: Duration::from_secs(300),
-            directory_alpha: 1,
-            directory_variant: DirVariant::Requester,
-            directory_updates: DirUpdateMode::Pessimistic,
-            directory_choice: DirChoice::RoundRobin,
-            directory_ttl: Duration::from_secs(3600),
-            directory_memory: 16 * 1024 * 1024,
-            directory_flush: DirFlush::Lru,
+            directory_alpha: directory.alpha,
+            directory_variant: directory.variant,
+            directory_updates: directory.mode,
+            directory_choice: directory.choice,
+            directory_ttl: directory.ttl,
+            directory_memory: meshcache_dcm::directory::DEFAULT_MEMORY,
+            directory_flush: directory.flush,
             carp_member: false,
             multicast_group: SocketAddrV4::new(Ipv4Addr::new(239, 255, 31, 30), 3131),
             multicast_ttl: 0,

@@ -74,8 +74,7 @@ impl DirectoryState {
             variant: c.directory_variant,
             mode: c.directory_updates,
             ttl: c.directory_ttl,
-            max_entries: usize::try_from(c.directory_memory).unwrap_or(usize::MAX)
-                / meshcache_dcm::directory::ENTRY_BYTES,
+            max_entries: DirectoryConfig::entries_in(c.directory_memory),
             flush: c.directory_flush,
         };
         // Seeded from the address: reproducible runs, different choices per member.

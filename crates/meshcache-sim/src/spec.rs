@@ -248,6 +248,7 @@ pub struct ProtocolSpec {
 
 impl Default for ProtocolSpec {
     fn default() -> Self {
+        let directory = meshcache_dcm::directory::DirectoryConfig::default();
         ProtocolSpec {
             name: Protocol::Icp,
             icp_model: IcpModel::Datagrams,
@@ -259,13 +260,13 @@ impl Default for ProtocolSpec {
             summary_hash_functions: 4,
             summary_capacity: 0,
             digest_interval: Duration::from_secs(300),
-            directory_alpha: 1,
-            directory_variant: DirVariant::Requester,
-            directory_updates: DirUpdateMode::Pessimistic,
-            directory_choice: DirChoice::RoundRobin,
-            directory_ttl: Duration::from_secs(3600),
-            directory_memory: ByteSize::mib(16),
-            directory_flush: DirFlush::Lru,
+            directory_alpha: directory.alpha,
+            directory_variant: directory.variant,
+            directory_updates: directory.mode,
+            directory_choice: directory.choice,
+            directory_ttl: directory.ttl,
+            directory_memory: ByteSize::b(meshcache_dcm::directory::DEFAULT_MEMORY),
+            directory_flush: directory.flush,
             multicast_mode: MulticastMode::Ip,
             multicast_timeout_floor: Duration::from_millis(20),
         }

@@ -21,7 +21,7 @@
 
 use std::net::{SocketAddr, SocketAddrV4};
 
-use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing, ENTRY_BYTES};
+use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing};
 use meshcache_dcm::icp::answer;
 use meshcache_dcm::{PeerId, Role, Route};
 use meshcache_store::StoreEvent;
@@ -126,8 +126,7 @@ pub(crate) fn config(spec: &SimSpec) -> DirectoryConfig {
         variant: p.directory_variant,
         mode: p.directory_updates,
         ttl: p.directory_ttl,
-        max_entries: usize::try_from(p.directory_memory.as_u64()).unwrap_or(usize::MAX)
-            / ENTRY_BYTES,
+        max_entries: DirectoryConfig::entries_in(p.directory_memory.as_u64()),
         flush: p.directory_flush,
     }
 }
@@ -582,7 +581,7 @@ mod tests {
         assert_eq!(state[1].dir.me(), icp_v4(1));
         assert_eq!(
             config(&spec).max_entries,
-            16 * 1024 * 1024 / ENTRY_BYTES,
+            16 * 1024 * 1024 / meshcache_dcm::directory::ENTRY_BYTES,
             "the proxy's default budget"
         );
         spec.protocol.name = Protocol::Icp;
