@@ -15,8 +15,8 @@
 //! parent that is down stays a member and is only skipped.
 //!
 //! The route lists the parents that admit the host (their `domains`) and that the caller's
-//! `usable` says can take a request now, best score first, each logged `CARP`, then the
-//! origin. Its first hop is the parent Squid would pick among those; the rest are our
+//! `usable` says can take a request now, best score first, each logged `CARP` — at most
+//! [`MAX_PARENTS`] of them — then the origin. Its first hop is the parent Squid would pick among those; the rest are our
 //! failover order (the draft's "next highest"), where Squid has no CARP-level retry.
 
 use meshcache_wire::carp::{carp_key, CarpArray};
@@ -24,6 +24,14 @@ use meshcache_wire::carp::{carp_key, CarpArray};
 use crate::hier::HierCode;
 use crate::peer::{PeerId, PeerSpec, Role};
 use crate::select::{Hop, Route};
+
+/// The most parents a CARP route tries before the origin: with the origin, Squid's default
+/// `forward_max_tries` (25). Their order past the first is our failover extension, and in a
+/// mesh of a thousand members a longer list would only cost time.
+pub const MAX_PARENTS: usize = 24;
+
+/// How much of the CARP order [`CarpRouter::ranking`] keeps: [`MAX_PARENTS`] and us.
+pub const RANKED: usize = MAX_PARENTS + 1;
 
 /// CARP over the parents of a peer table: hashes and multipliers computed once, a route per
 /// request.
@@ -127,33 +135,72 @@ impl CarpRouter {
     }
 
     /// Where a request for `url` (whose host is `host`) goes: the parents that admit `host`
-    /// and that `usable` accepts, best CARP score first, each with [`HierCode::Carp`], then
-    /// the origin. The key hashed is [`carp_key`] of `url`, so `url` may be given as received
-    /// or already normalised.
+    /// and that `usable` accepts, best CARP score first, each with [`HierCode::Carp`], at most
+    /// [`MAX_PARENTS`] of them, then the origin. The key hashed is [`carp_key`] of `url`, so
+    /// `url` may be given as received or already normalised.
     ///
     /// A parent `usable` rejects is left out rather than tried last; a caller that wants
     /// [`crate::select`]'s habit of trying down parents when none is up says so through
     /// `usable`.
     pub fn route(&self, url: &str, host: &str, usable: impl Fn(PeerId) -> bool) -> Route {
-        let key = carp_key(url);
-        let mut hops: Vec<Hop> = self
-            .array
-            .order(key.as_bytes())
-            .into_iter()
-            // The URLs we win (or that fall to us when the better ones are unusable) we fetch.
-            .take_while(|&i| Some(i) != self.me)
-            .filter(|&i| self.admits(i, host, &usable))
-            .filter_map(|i| self.member(i))
-            .map(|(id, _)| Hop::Peer {
-                peer: *id,
-                code: HierCode::Carp,
-            })
-            .collect();
+        self.route_ranked(url, &self.ranking(url), host, usable)
+    }
+
+    /// The array members most preferred for `url`, best first: the first [`RANKED`] of the
+    /// CARP order (fewer when the array is smaller). It depends only on the array, so every
+    /// router built on equal arrays ([`CarpRouter::array`]) ranks a URL alike, and a caller
+    /// that routes the same URL many times may keep it for [`CarpRouter::route_ranked`].
+    pub fn ranking(&self, url: &str) -> Vec<usize> {
+        self.array.top(carp_key(url).as_bytes(), RANKED)
+    }
+
+    /// [`CarpRouter::route`], given the URL's [`CarpRouter::ranking`] (from this router or
+    /// another on an equal array). The ranking decides the route unless too many of its
+    /// parents are unusable, when the whole order is computed from `url`.
+    pub fn route_ranked(
+        &self,
+        url: &str,
+        ranking: &[usize],
+        host: &str,
+        usable: impl Fn(PeerId) -> bool,
+    ) -> Route {
+        let mut hops = Vec::new();
+        if !self.walk(ranking, host, &usable, &mut hops) && ranking.len() < self.array.len() {
+            hops.clear();
+            let order = self.array.order(carp_key(url).as_bytes());
+            self.walk(&order, host, &usable, &mut hops);
+        }
         hops.push(Hop::Direct);
         Route {
             hops,
             timed_out: false,
         }
+    }
+
+    /// Appends to `hops` the parents of `order` that may take the request, up to us (the
+    /// URLs we win, or that fall to us when the better ones are unusable, we fetch) or
+    /// [`MAX_PARENTS`] of them; whether either ended the walk.
+    fn walk(
+        &self,
+        order: &[usize],
+        host: &str,
+        usable: &impl Fn(PeerId) -> bool,
+        hops: &mut Vec<Hop>,
+    ) -> bool {
+        for &i in order {
+            if Some(i) == self.me || hops.len() == MAX_PARENTS {
+                return true;
+            }
+            if self.admits(i, host, usable) {
+                if let Some((id, _)) = self.member(i) {
+                    hops.push(Hop::Peer {
+                        peer: *id,
+                        code: HierCode::Carp,
+                    });
+                }
+            }
+        }
+        hops.len() == MAX_PARENTS
     }
 
     /// Whether array member `i` may take a request for `host` now.
@@ -281,6 +328,62 @@ mod tests {
             .filter(|u| router.choose(u, "www.site.br", |_| true) == Some(PeerId(2)))
             .count();
         assert!(won > 50, "p3 (half the weight) won {won} of 200");
+    }
+
+    /// The route as the whole CARP order spells it: usable parents before us, at most
+    /// [`MAX_PARENTS`], then the origin.
+    fn spelled_out(router: &CarpRouter, url: &str, usable: impl Fn(PeerId) -> bool) -> Route {
+        let mut hops: Vec<Hop> = router
+            .array()
+            .order(carp_key(url).as_bytes())
+            .into_iter()
+            .take_while(|&i| Some(i) != router.me)
+            .filter_map(|i| router.member(i))
+            .filter(|(id, _)| usable(*id))
+            .map(|(id, _)| Hop::Peer {
+                peer: *id,
+                code: HierCode::Carp,
+            })
+            .take(MAX_PARENTS)
+            .collect();
+        hops.push(Hop::Direct);
+        Route {
+            hops,
+            timed_out: false,
+        }
+    }
+
+    #[test]
+    fn long_routes_stop_at_max_parents_and_a_short_ranking_falls_back() {
+        let peers: Vec<PeerSpec> = (0..60)
+            .map(|i| spec(&format!("p{i}.example"), Role::Parent, 1))
+            .collect();
+        for router in [
+            CarpRouter::new(&peers),
+            CarpRouter::with_self(&peers, "me.example", 1),
+        ] {
+            for u in 0..200 {
+                let url = format!("http://o.test/{u}");
+                let ranking = router.ranking(&url);
+                assert_eq!(ranking.len(), RANKED);
+                for down in [0, 1, 10, 40, 60] {
+                    // The `down` best-ranked parents unusable: from 2 on, the ranking alone
+                    // cannot fill the route, and the whole order is computed.
+                    let out: Vec<PeerId> = router
+                        .array()
+                        .order(carp_key(&url).as_bytes())
+                        .into_iter()
+                        .filter_map(|i| router.member(i).map(|m| m.0))
+                        .take(down)
+                        .collect();
+                    let usable = |id: PeerId| !out.contains(&id);
+                    let route = router.route_ranked(&url, &ranking, "o.test", usable);
+                    assert_eq!(route, spelled_out(&router, &url, usable), "{url} {down}");
+                    assert!(route.hops.len() <= MAX_PARENTS + 1);
+                    assert_eq!(route, router.route(&url, "o.test", usable));
+                }
+            }
+        }
     }
 
     #[test]

@@ -368,7 +368,7 @@ impl<'a> Sim<'a> {
     pub fn new(spec: &'a SimSpec, trace: &'a Trace) -> Sim<'a> {
         let nodes = mesh::build(spec);
         let nodes_len = nodes.len();
-        let proto = crate::proto::State::new(spec, &nodes);
+        let proto = crate::proto::State::new(spec, &nodes, trace.objects.len());
         let mut per_client = vec![Vec::new(); trace.clients as usize];
         let warmup = (spec.replay.warmup as usize).min(trace.requests.len());
         let mut warm_per_client = vec![Vec::new(); trace.clients as usize];
@@ -763,17 +763,6 @@ impl<'a> Sim<'a> {
         let n = &mut self.nodes[node as usize];
         if n.peer_nodes.is_empty() {
             self.follow(job, Route::direct(), t);
-            return;
-        }
-        if let Some(carp) = &n.carp {
-            let peers = n.mesh.peers();
-            let mut route = carp.route(&obj.url, &obj.host, |id| peers[id.0].http_up(at));
-            if route.hops.len() == 1 && self.spec.mesh.parents > 0 {
-                if let Outcome::Decided(r) = n.mesh.begin(at, &obj.url, &obj.host, false).outcome {
-                    route = r;
-                }
-            }
-            self.follow(job, route, t);
             return;
         }
         if !matches!(self.spec.protocol.name, Protocol::None | Protocol::Icp) {

@@ -51,12 +51,11 @@ pub const MIX: u32 = 0x6253_1965;
 pub fn url_hash_from(seed: u32, key: &[u8]) -> u32 {
     key.iter().fold(seed, |h, &b| {
         // Sign-extend, as adding a `char` to an `unsigned` does on x86.
-        let c = if b >= 0x80 {
-            0xFFFF_FF00 | u32::from(b)
-        } else {
-            u32::from(b)
-        };
-        h.wrapping_add(h.rotate_left(19)).wrapping_add(c)
+        let c = b as i8 as u32;
+        // `h + rotl(h, 19) + c`, added in the order that lets the rotation and the first
+        // addition run side by side: Squid's chaining hashes the key once per member, so this
+        // loop is most of a CARP route's cost.
+        h.wrapping_add(c).wrapping_add(h.rotate_left(19))
     })
 }
 
@@ -348,21 +347,23 @@ impl CarpArray {
     /// Every member of weight > 0 scored for `key`, in Squid's evaluation order, with the
     /// chained URL hash Squid uses for each.
     pub fn scores(&self, key: &[u8]) -> Vec<Score> {
+        self.scored(key).collect()
+    }
+
+    /// [`CarpArray::scores`], one at a time.
+    fn scored<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = Score> + 'a {
         let mut url = 0;
-        self.sorted
-            .iter()
-            .map(|&i| {
-                let m = &self.members[i];
-                url = url_hash_from(url, key);
-                let combined = combine(url, m.hash);
-                Score {
-                    member: i,
-                    url_hash: url,
-                    combined,
-                    score: f64::from(combined) * m.multiplier,
-                }
-            })
-            .collect()
+        self.sorted.iter().map(move |&i| {
+            let m = &self.members[i];
+            url = url_hash_from(url, key);
+            let combined = combine(url, m.hash);
+            Score {
+                member: i,
+                url_hash: url,
+                combined,
+                score: f64::from(combined) * m.multiplier,
+            }
+        })
     }
 
     /// The member Squid picks for `key` among those `usable` admits: the highest score above
@@ -371,7 +372,7 @@ impl CarpArray {
     pub fn choose(&self, key: &[u8], usable: impl Fn(usize) -> bool) -> Option<usize> {
         let mut best = None;
         let mut high = 0.0;
-        for s in self.scores(key) {
+        for s in self.scored(key) {
             if s.score > high && usable(s.member) {
                 best = Some(s.member);
                 high = s.score;
@@ -390,32 +391,73 @@ impl CarpArray {
     /// heaviest first, then by descending combined hash so that their load still spreads
     /// across URLs, then in build order.
     pub fn order(&self, key: &[u8]) -> Vec<usize> {
-        let mut head = Vec::with_capacity(self.members.len());
-        let mut tail = Vec::new();
-        for s in self.scores(key) {
-            if s.score > 0.0 {
-                head.push(s);
-            } else {
-                tail.push((s.member, s.combined));
+        self.top(key, usize::MAX)
+    }
+
+    /// The first `k` members of [`CarpArray::order`] (all of them when there are fewer),
+    /// without sorting the rest: a route that lists a few parents need not rank a thousand.
+    /// Scoring is still O(members × key length), as Squid's.
+    pub fn top(&self, key: &[u8], k: usize) -> Vec<usize> {
+        // (score, position in evaluation order, member): the position keeps ties in sorted
+        // order, as a stable sort by score would.
+        type Ranked = (f64, usize, usize);
+        let better = |a: &Ranked, b: &Ranked| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        // A short prefix is kept sorted as the scores come (most are below its last and cost
+        // one comparison); a long one is selected and sorted at the end.
+        let short = k <= SHORT_TOP;
+        let mut head: Vec<Ranked> =
+            Vec::with_capacity(if short { k + 1 } else { self.sorted.len() });
+        // (weight, combined hash, member)
+        let mut tail: Vec<(u32, u32, usize)> = Vec::new();
+        for (position, s) in self.scored(key).enumerate() {
+            if s.score <= 0.0 || s.score.is_nan() {
+                tail.push((self.members[s.member].weight, s.combined, s.member));
+                continue;
+            }
+            let r = (s.score, position, s.member);
+            if !short {
+                head.push(r);
+            } else if head.len() < k || head.last().is_some_and(|l| better(&r, l).is_lt()) {
+                // Positions only grow, so an equal score goes after the ones already here.
+                let at = head.partition_point(|e| e.0.total_cmp(&r.0).is_ge());
+                head.insert(at, r);
+                head.truncate(k);
             }
         }
-        head.sort_by(|a, b| b.score.total_cmp(&a.score));
-        let single = url_hash(key);
-        tail.extend(
-            self.members
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.weight == 0)
-                .map(|(i, m)| (i, combine(single, m.hash))),
-        );
-        tail.sort_by(|&(a, ca), &(b, cb)| {
-            let (wa, wb) = (self.members[a].weight, self.members[b].weight);
-            wb.cmp(&wa).then(cb.cmp(&ca)).then(a.cmp(&b))
-        });
-        head.into_iter()
-            .map(|s| s.member)
-            .chain(tail.into_iter().map(|(i, _)| i))
-            .collect()
+        if !short {
+            smallest_first(&mut head, k, better);
+        }
+        let mut out: Vec<usize> = head.iter().take(k).map(|h| h.2).collect();
+        if out.len() < k {
+            let single = url_hash(key);
+            tail.extend(
+                self.members
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| m.weight == 0)
+                    .map(|(i, m)| (0, combine(single, m.hash), i)),
+            );
+            let rest = k - out.len();
+            smallest_first(&mut tail, rest, |a, b| {
+                b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2))
+            });
+            out.extend(tail.iter().take(rest).map(|t| t.2));
+        }
+        out
+    }
+}
+
+/// The longest prefix [`CarpArray::top`] keeps sorted as it scores.
+const SHORT_TOP: usize = 64;
+
+/// Puts the `k` least elements of `v` by `cmp` (a total order) first, in order; the rest
+/// follow in no particular order.
+fn smallest_first<T>(v: &mut [T], k: usize, mut cmp: impl FnMut(&T, &T) -> std::cmp::Ordering) {
+    if k < v.len() {
+        v.select_nth_unstable_by(k, &mut cmp);
+        v[..k].sort_unstable_by(cmp);
+    } else {
+        v.sort_unstable_by(cmp);
     }
 }
 

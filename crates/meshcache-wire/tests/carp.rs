@@ -368,6 +368,48 @@ proptest! {
     }
 
     #[test]
+    fn order_is_squids_ranking_then_the_rest(
+        ws in proptest::collection::vec(0u32..=3, 1..40),
+        key in proptest::collection::vec(any::<u8>(), 0..80),
+    ) {
+        // The ranking spelled out with stable sorts: scores above 0 by descending score (ties
+        // in evaluation order), then the rest heaviest first, by descending combined hash,
+        // then in build order.
+        let array = CarpArray::new(names(ws.len()).iter().zip(ws.iter().copied()));
+        let scores = array.scores(&key);
+        let mut head: Vec<_> = scores.iter().filter(|s| s.score > 0.0).collect();
+        head.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut tail: Vec<(u32, u32, usize)> = scores
+            .iter()
+            .filter(|s| s.score <= 0.0)
+            .map(|s| (ws[s.member], s.combined, s.member))
+            .chain(
+                (0..ws.len())
+                    .filter(|&i| ws[i] == 0)
+                    .map(|i| (0, combine(url_hash(&key), array.members()[i].hash), i)),
+            )
+            .collect();
+        tail.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+        let expected: Vec<usize> = head
+            .iter()
+            .map(|s| s.member)
+            .chain(tail.iter().map(|t| t.2))
+            .collect();
+        prop_assert_eq!(array.order(&key), expected);
+    }
+
+    #[test]
+    fn top_is_a_prefix_of_order(
+        ws in proptest::collection::vec(0u32..=3, 1..40),
+        key in proptest::collection::vec(any::<u8>(), 0..80),
+        k in 0usize..45,
+    ) {
+        let array = CarpArray::new(names(ws.len()).iter().zip(ws.iter().copied()));
+        let order = array.order(&key);
+        prop_assert_eq!(array.top(&key, k), &order[..k.min(order.len())]);
+    }
+
+    #[test]
     fn weight_zero_is_never_first(ws in weights(), key in proptest::collection::vec(any::<u8>(), 0..80)) {
         prop_assume!(ws.iter().any(|&w| w > 0));
         let array = CarpArray::new(names(ws.len()).iter().zip(ws.iter().copied()));

@@ -1,5 +1,6 @@
 //! The protocols whose search is more than ICP's: Summary Cache and Cache Digests
-//! ([`summary`]), the directory ([`directory`]) and multicast ([`multicast`]). Each keeps its
+//! ([`summary`]), the directory ([`directory`]), multicast ([`multicast`]) and CARP's routes
+//! ([`carp`]). Each keeps its
 //! per-node state here and is called by the engine at the same points the proxy's drivers
 //! call `meshcache-dcm` (see `meshcache-proxy`'s `coop.rs`, `summary.rs`, `directory.rs`,
 //! `multicast.rs`): the search of a miss, a datagram, a deadline, the store's events, a peer
@@ -15,6 +16,7 @@ use crate::engine::Sim;
 use crate::mesh::{icp_addr, Node, NodeIx};
 use crate::spec::{Protocol, SimSpec};
 
+pub(crate) mod carp;
 mod directory;
 mod multicast;
 mod shared_arrays;
@@ -41,12 +43,15 @@ pub(crate) struct State {
     pub(crate) summary: Vec<summary::NodeState>,
     /// Summary Cache and Cache Digests: the peers' arrays, one per sender and version.
     pub(crate) summary_arrays: shared_arrays::SharedArrays,
+    /// CARP: each object's ranking, once per distinct array (empty for other protocols).
+    pub(crate) carp: carp::Rankings,
 }
 
 impl State {
     /// The state `spec`'s protocol needs for `nodes`.
-    pub(crate) fn new(spec: &SimSpec, nodes: &[Node]) -> State {
+    pub(crate) fn new(spec: &SimSpec, nodes: &[Node], objects: usize) -> State {
         State {
+            carp: carp::Rankings::new(nodes, objects),
             directory: directory::new_state(spec, nodes),
             multicast: multicast::new_state(spec, nodes),
             summary: match spec.protocol.name {
@@ -77,8 +82,9 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         Protocol::Directory => directory::search(sim, job, node, obj, t),
         Protocol::Multicast => multicast::search(sim, job, node, obj, t),
         Protocol::Summary | Protocol::Digest => summary::search(sim, job, node, obj, t),
-        // ICP and none search in the engine, CARP routes without a search.
-        Protocol::None | Protocol::Icp | Protocol::Carp => {
+        Protocol::Carp => carp::search(sim, job, node, obj, t),
+        // ICP and none search in the engine.
+        Protocol::None | Protocol::Icp => {
             unreachable!(
                 "the engine does not hand {:?} searches over",
                 sim.spec.protocol.name
