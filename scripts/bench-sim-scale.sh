@@ -8,13 +8,15 @@
 # One trace (2,000 clients × 100 requests, half the new URLs shared), then for each size and
 # protocol `meshcache sim run` under GNU time: the whole command's wall time, its maximum
 # resident set size, and the simulator's own requests per second (its event loop). ICP runs with
-# the aggregate model (`icp-aggregate`) unless `icp` is named. Prints a Markdown table and writes
+# the aggregate model (`icp-aggregate`) unless `icp` is named, multicast likewise
+# (`multicast-aggregate`, only the holders get the group's query as an event; `multicast` for
+# a copy per member). Prints a Markdown table and writes
 # it to OUT/results.md. The default matrix takes about 5 minutes; `icp` (a datagram per event) and
 # `multicast` at 1,000 caches add about 8 and 2 minutes.
 set -euo pipefail
 
 sizes="100 300 1000"
-protocols="none icp-aggregate summary digest directory multicast carp"
+protocols="none icp-aggregate summary digest directory multicast-aggregate carp"
 rounds=1
 out=target/bench-sim-scale
 build=1
@@ -48,6 +50,7 @@ for n in $sizes; do
         args=(--set "mesh.caches=$n")
         case "$p" in
             icp-aggregate) args+=(--set protocol.name=icp --set 'protocol.icp_model="aggregate"') ;;
+            multicast-aggregate) args+=(--set protocol.name=multicast --set 'protocol.icp_model="aggregate"') ;;
             *) args+=(--set "protocol.name=$p") ;;
         esac
         for r in $(seq 1 "$rounds"); do

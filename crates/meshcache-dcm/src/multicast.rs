@@ -158,11 +158,13 @@ pub struct MulticastStats {
     pub foreign_dropped: u64,
 }
 
+/// A search in flight. Its members are not kept: whether a peer is one is a function of the
+/// peer's configuration and the host ([`Multicast::is_member`]), so a thousand-peer mesh does
+/// not store a thousand ids per search.
 struct Pending {
     url: String,
     host: String,
     sent: Instant,
-    members: Vec<PeerId>,
 }
 
 /// The multicast search state of one node.
@@ -170,8 +172,8 @@ pub struct Multicast {
     config: MulticastConfig,
     mode: Mode,
     pending: HashMap<u32, Pending>,
-    /// Searches that timed out, newest last: request number, URL, when sent, members.
-    expired: VecDeque<(u32, String, Instant, Vec<PeerId>)>,
+    /// Searches that timed out, newest last, by request number.
+    expired: VecDeque<(u32, Pending)>,
     stats: MulticastStats,
 }
 
@@ -219,9 +221,14 @@ impl Multicast {
         peers
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.spec.queried() && p.spec.serves(host))
+            .filter(|(_, p)| Self::is_member(p, host))
             .map(|(i, _)| PeerId(i))
             .collect()
+    }
+
+    /// Whether a search for `host` asks `peer` ([`Multicast::members`]).
+    fn is_member(peer: &Peer, host: &str) -> bool {
+        peer.spec.queried() && peer.spec.serves(host)
     }
 
     /// How long a search asking `members` waits for a HIT: [`RTT_FACTOR`] times the largest
@@ -232,6 +239,11 @@ impl Multicast {
             .iter()
             .filter_map(|id| peers.get(id.0).and_then(|p| p.rtt_ms))
             .max();
+        self.wait_after(slowest)
+    }
+
+    /// [`Multicast::wait_for`], given the largest mean round trip of the members, if any.
+    fn wait_after(&self, slowest: Option<u32>) -> Duration {
         let wait = match slowest {
             Some(ms) => Duration::from_millis(u64::from(ms) * u64::from(RTT_FACTOR)),
             None => self.config.timeout_floor * COLD_FACTOR,
@@ -253,10 +265,13 @@ impl Multicast {
         host: &str,
         hierarchical: bool,
     ) -> McSearch {
-        let members = Self::members(mesh.peers(), host);
-        let any_sibling = members
-            .iter()
-            .any(|id| mesh.peers()[id.0].spec.role == Role::Sibling);
+        // One pass over the table: whether a sibling is among the members, and the slowest.
+        let mut any_sibling = false;
+        let mut slowest = None;
+        for p in mesh.peers().iter().filter(|p| Self::is_member(p, host)) {
+            any_sibling |= p.spec.role == Role::Sibling;
+            slowest = slowest.max(p.rtt_ms);
+        }
         if !hierarchical || !any_sibling {
             self.stats.unsearched += 1;
             return McSearch {
@@ -268,9 +283,9 @@ impl Multicast {
         let reqnum = mesh.next_reqnum();
         let queries: Vec<Destination> = match self.mode {
             Mode::Ip => vec![Destination::Group],
-            Mode::Logical => members
-                .iter()
-                .filter_map(|&peer| {
+            Mode::Logical => Self::members(mesh.peers(), host)
+                .into_iter()
+                .filter_map(|peer| {
                     let addr = mesh.peers()[peer.0].spec.icp?;
                     Some(Destination::Peer { peer, addr })
                 })
@@ -283,14 +298,13 @@ impl Multicast {
         }
         self.stats.searches += 1;
         self.stats.datagrams += queries.len() as u64;
-        let deadline = now + self.wait_for(mesh.peers(), &members);
+        let deadline = now + self.wait_after(slowest);
         self.pending.insert(
             reqnum,
             Pending {
                 url: url.to_owned(),
                 host: host.to_owned(),
                 sent: now,
-                members,
             },
         );
         McSearch {
@@ -315,7 +329,10 @@ impl Multicast {
         if p.url != reply.url {
             return None;
         }
-        let Some(id) = mesh.peer_at(from).filter(|id| p.members.contains(id)) else {
+        let Some(id) = mesh
+            .peer_at(from)
+            .filter(|id| Self::is_member(&mesh.peers()[id.0], &p.host))
+        else {
             return Some(None);
         };
         let sent = p.sent;
@@ -339,14 +356,17 @@ impl Multicast {
         from: SocketAddr,
         reply: Reply<'_>,
     ) -> Option<Option<Route>> {
-        let (_, url, sent, members) = self.expired.iter().find(|e| e.0 == reply.reqnum)?;
-        if url != reply.url {
+        let (_, p) = self.expired.iter().find(|e| e.0 == reply.reqnum)?;
+        if p.url != reply.url {
             return None;
         }
-        let Some(id) = mesh.peer_at(from).filter(|id| members.contains(id)) else {
+        let Some(id) = mesh
+            .peer_at(from)
+            .filter(|id| Self::is_member(&mesh.peers()[id.0], &p.host))
+        else {
             return Some(None);
         };
-        let sent = *sent;
+        let sent = p.sent;
         mesh.note_reply(now, id, reply.kind, reply.reqnum);
         if reply.kind == ReplyKind::Hit {
             self.stats.late_hits += 1;
@@ -365,7 +385,7 @@ impl Multicast {
             self.expired.pop_front();
         }
         let route = mesh.route(now, &p.host, None, true);
-        self.expired.push_back((reqnum, p.url, p.sent, p.members));
+        self.expired.push_back((reqnum, p));
         Some(route)
     }
 

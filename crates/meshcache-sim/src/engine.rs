@@ -412,7 +412,7 @@ impl<'a> Sim<'a> {
             classified: Classified::default(),
             traffic: Traffic::default(),
             latency: crate::results::latency_histogram(),
-            fanout: (spec.protocol.name == Protocol::Icp
+            fanout: (matches!(spec.protocol.name, Protocol::Icp | Protocol::Multicast)
                 && spec.protocol.icp_model == IcpModel::Aggregate)
                 .then(|| crate::fanout::Fanout::new(nodes_len, trace.objects.len())),
             proto,

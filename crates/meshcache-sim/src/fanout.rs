@@ -24,6 +24,9 @@
 //! round-trip times in the `IcpMesh` tables are not kept per peer (one running round trip
 //! per node sets the deadline). `tests/engine.rs` checks the agreement.
 //!
+//! The multicast protocol's group queries take the same shortcut ([`group_query`]): only the
+//! holders' copies are events, the silent members' receives are background work.
+//!
 //! [`IcpMesh::route_after`]: meshcache_dcm::IcpMesh::route_after
 
 use meshcache_dcm::PeerId;
@@ -44,6 +47,9 @@ pub(crate) struct Fanout {
     /// Background work every leaf owes for answering its siblings' searches, summed over all
     /// searches so far: CPU ns, interface ns, datagrams received (one sent back for each).
     shared: Owed,
+    /// Background work every node owes for the multicast group's queries it received and
+    /// did not answer (it does not hold the object), summed over all queries so far.
+    group: Owed,
     /// Per node: how much of `shared` it has taken on (or was never asked: its own searches),
     /// and what it owes on its own (a parent's answers, a node's replies to read).
     nodes: Vec<NodeOwed>,
@@ -57,12 +63,16 @@ struct Owed {
     nic: u64,
     /// Queries answered (one datagram in, one out).
     answered: u64,
+    /// Queries received and not answered (one datagram in).
+    silent: u64,
 }
 
 #[derive(Clone, Copy, Default)]
 struct NodeOwed {
     /// The part of [`Fanout::shared`] already settled (or not owed).
     taken: Owed,
+    /// The part of [`Fanout::group`] already settled (or not owed).
+    taken_group: Owed,
     /// Work of its own not yet settled.
     own: Owed,
     /// Replies to its own searches it read, not yet counted.
@@ -112,16 +122,25 @@ pub(crate) fn settle(sim: &mut Sim<'_>, node: NodeIx) {
         due.answered += f.shared.answered - n.taken.answered;
         n.taken = f.shared;
     }
+    due.cpu += f.group.cpu - n.taken_group.cpu;
+    due.silent += f.group.silent - n.taken_group.silent;
+    n.taken_group = f.group;
     let read = std::mem::take(&mut n.replies_read);
     let sent = std::mem::take(&mut n.queries_sent);
-    if due.cpu == 0 && due.nic == 0 && due.answered == 0 && read == 0 && sent == 0 {
+    if due.cpu == 0
+        && due.nic == 0
+        && due.answered == 0
+        && due.silent == 0
+        && read == 0
+        && sent == 0
+    {
         return;
     }
     let node = &mut sim.nodes[node as usize];
     node.cpu_free += due.cpu;
     node.stats.cpu_ns += due.cpu;
     node.nic.absorb(due.nic);
-    node.stats.datagrams_received += due.answered + read;
+    node.stats.datagrams_received += due.answered + due.silent + read;
     node.stats.datagrams_sent += due.answered + sent;
 }
 
@@ -130,6 +149,35 @@ pub(crate) fn settle_all(sim: &mut Sim<'_>) {
     for node in 0..sim.nodes.len() {
         settle(sim, node as NodeIx);
     }
+}
+
+/// A multicast query for `obj` from `node` to the group every node has joined, in the
+/// aggregate model: the holders of `obj` (other than `node`, in node order), whose copies
+/// travel as events and are answered as the per-datagram engine answers them; every other
+/// member receives its copy as background work (a datagram's CPU, one datagram in), and keeps
+/// silent, as a member that does not hold the object does. Unlike the per-datagram engine, the
+/// silent members' multicast and peer-table query counters are not kept.
+pub(crate) fn group_query(sim: &mut Sim<'_>, node: NodeIx, obj: u32) -> SmallVec<[NodeIx; 4]> {
+    let key = &sim.trace.objects[obj as usize].key;
+    let c = ns(sim.spec.net.cpu_datagram);
+    let Some(f) = sim.fanout.as_mut() else {
+        unreachable!("a group query in the aggregate model")
+    };
+    let nodes = &sim.nodes;
+    f.holders[obj as usize].retain(|h| nodes[*h as usize].store.contains(key));
+    let holders: SmallVec<[NodeIx; 4]> = f.holders[obj as usize]
+        .iter()
+        .copied()
+        .filter(|&h| h != node)
+        .collect();
+    f.group.cpu += c;
+    f.group.silent += 1;
+    for &n in holders.iter().chain([&node]) {
+        let taken = &mut f.nodes[n as usize].taken_group;
+        taken.cpu += c;
+        taken.silent += 1;
+    }
+    holders
 }
 
 /// One target of a search: the peer in `node`'s table, and the node behind it.

@@ -175,7 +175,8 @@ pub enum IcpModel {
     /// One event per datagram, each handled by the nodes' `IcpMesh` as the proxy handles it.
     #[default]
     Datagrams,
-    /// A search's datagrams worked out together when it starts ([`crate::fanout`]).
+    /// A search's datagrams worked out together when it starts, and only the holders' copies
+    /// of a multicast group query delivered as events ([`crate::fanout`]).
     Aggregate,
 }
 
@@ -188,6 +189,8 @@ pub struct ProtocolSpec {
     /// ICP: `datagrams` (every query and reply an event, through the node's `IcpMesh`) or
     /// `aggregate` (a search's datagrams worked out together: the same counts and routes,
     /// tens of times faster on large meshes; see docs/simulator.md for what it approximates).
+    /// Multicast's group queries follow it too: in `aggregate`, only the holders' copies are
+    /// events.
     pub icp_model: IcpModel,
     /// ICP: shortest wait for replies.
     #[serde(with = "humantime_serde")]

@@ -132,3 +132,54 @@ fn under_load_the_two_models_agree_closely() {
         );
     }
 }
+
+/// Multicast's group queries in the aggregate model (only the holders' copies are events):
+/// one request at a time, exactly the per-datagram results; many at once, close to them.
+#[test]
+fn multicast_group_queries_agree_with_a_copy_per_member() {
+    let trace = trace(12, 120);
+    let mut siblings = SimSpec::default();
+    siblings.protocol.name = Protocol::Multicast;
+    siblings.mesh.caches = 8;
+    let mut with_parent = siblings.clone();
+    with_parent.mesh.caches = 6;
+    with_parent.mesh.parents = 1;
+    for (name, mut spec) in [
+        ("8 siblings", siblings),
+        ("6 siblings and a parent", with_parent),
+    ] {
+        spec.replay.mode = Replay::Serial;
+        let (d, a) = both(&spec, &trace);
+        assert!(
+            d.traffic.multicast_messages > 0,
+            "{name}: searches happened"
+        );
+        assert!(
+            d.nodes.iter().any(|n| n.sibling_hits > 0),
+            "{name}: holders answered"
+        );
+        assert_eq!(counts(&a), counts(&d), "{name}");
+        assert_eq!(a.latency_ms.mean, d.latency_ms.mean, "{name}");
+
+        let load = trace(120, 60);
+        spec.replay.mode = Replay::Closed;
+        spec.net.origin_bandwidth = 0;
+        let (d, a) = both(&spec, &load);
+        assert!(
+            (a.hit_ratio - d.hit_ratio).abs() <= 0.005,
+            "{name}: hit ratio {} aggregate, {} per datagram",
+            a.hit_ratio,
+            d.hit_ratio
+        );
+        let (dm, am) = (d.latency_ms.mean, a.latency_ms.mean);
+        assert!(
+            (am - dm).abs() <= 0.05 * dm,
+            "{name}: mean latency {am} ms aggregate, {dm} ms per datagram"
+        );
+        let (dd, ad) = (d.traffic.datagrams() as f64, a.traffic.datagrams() as f64);
+        assert!(
+            (ad - dd).abs() <= 0.01 * dd,
+            "{name}: {ad} datagrams aggregate, {dd} per datagram"
+        );
+    }
+}

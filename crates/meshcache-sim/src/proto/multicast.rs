@@ -16,6 +16,9 @@
 //! spends a receive on it (a node that does not list the sender drops it). In logical mode
 //! each unicast copy is a message. HIT replies count as multicast messages too.
 //!
+//! With `protocol.icp_model = "aggregate"` only the holders' copies of a group query are
+//! events; the other members' receives are background work ([`crate::fanout::group_query`]).
+//!
 //! Sizes are the proxy's datagrams': `meshcache_wire::multicast::query` and its ICP reply.
 
 use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
@@ -78,6 +81,10 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     let query = move || Msg::Multicast(McMsg::Query { obj, reqnum });
     for q in &s.queries {
         match *q {
+            Destination::Group if sim.fanout.is_some() => {
+                let holders = crate::fanout::group_query(sim, node, obj);
+                sim.send_group(node, holders.into_iter(), bytes, Kind::Multicast, query, t);
+            }
             Destination::Group => {
                 let everyone = sim.nodes.len() as NodeIx;
                 let others = (0..everyone).filter(|&n| n != node);
