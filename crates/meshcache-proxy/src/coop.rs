@@ -602,7 +602,7 @@ pub(crate) async fn forward(
         };
         match *hop {
             Hop::Direct => {
-                let req = crate::service::upstream_request(
+                let req = crate::target::upstream_request(
                     shared,
                     method.clone(),
                     headers,
@@ -730,7 +730,7 @@ fn peer_request(
     sibling: bool,
     body: UpBody,
 ) -> Request<UpBody> {
-    let mut req = crate::service::upstream_request(shared, method.clone(), headers, target, body);
+    let mut req = crate::target::upstream_request(shared, method.clone(), headers, target, body);
     *req.uri_mut() = target.url.parse().unwrap_or_else(|_| Uri::from_static("/"));
     *req.version_mut() = Version::HTTP_11;
     if sibling {

@@ -29,7 +29,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{request, Method, Request, Response, StatusCode, Uri, Version};
+use http::{request, Method, Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use meshcache_applet::Built;
@@ -48,16 +48,15 @@ use crate::guard::ViolationSlot;
 use crate::headers::{self, parse_range, RangeRequest};
 use crate::outcome::ResultCode;
 use crate::ranges::{self, PieceHead};
+use crate::refusal::refuse;
 use crate::routing::Directness;
 use crate::semantics::{self, ConditionalHit, Freshness, Usability};
+use crate::stamps::{add_via, add_via_received, head_size, made_response, X_CACHE};
 use crate::storable::{self, Policy};
 use crate::target::{same_origin_url, Target};
-use crate::upstream::UpBody;
 use crate::{tunnel, Shared};
 
-static X_CACHE: HeaderName = HeaderName::from_static("x-cache");
 static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
-static X_ERROR: HeaderName = HeaderName::from_static("x-meshcache-error");
 
 /// Handles one request. Never fails: every problem becomes a response.
 ///
@@ -214,12 +213,7 @@ async fn bypass(
 /// answers 200, or 404 when nothing was stored, both without a body and logged `TCP_MISS`, as
 /// Squid. Only an `[[access]]` rule that allows the request and names the method `PURGE`
 /// allows it; otherwise 403 (`TCP_DENIED`).
-fn purge(
-    shared: &Shared,
-    mut txn: Transaction,
-    allowed: bool,
-    target: &Target,
-) -> Response<ProxyBody> {
+fn purge(shared: &Shared, txn: Transaction, allowed: bool, target: &Target) -> Response<ProxyBody> {
     if !allowed {
         return refuse(
             shared,
@@ -242,26 +236,13 @@ fn purge(
     let mut headers = HeaderMap::with_capacity(2);
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0u64));
     add_via(shared, &mut headers);
-    txn.result = ResultCode::TcpMiss;
-    txn.status = status.as_u16();
-    txn.head_bytes = head_size(&headers);
-    let mut resp = Response::new(ProxyBody::full(Bytes::new()).with_transaction(txn));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp
-}
-
-/// Appends this node's `Via` to a message it makes itself, unless `http.via` is off.
-fn add_via(shared: &Shared, headers: &mut HeaderMap) {
-    add_via_received(shared, headers, Version::HTTP_11);
-}
-
-/// Appends this node's `Via` to a message it forwards, received as `version`, unless
-/// `http.via` is off.
-fn add_via_received(shared: &Shared, headers: &mut HeaderMap, version: Version) {
-    if shared.config.http.via {
-        headers::append_via(headers, shared.via.received(version));
-    }
+    made_response(
+        txn,
+        ResultCode::TcpMiss,
+        status,
+        headers,
+        ProxyBody::full(Bytes::new()),
+    )
 }
 
 /// The request headers to forward for `client`: `X-Forwarded-For` as `http.forwarded_for`
@@ -421,40 +402,6 @@ impl Default for Admitted {
             purge: false,
         }
     }
-}
-
-/// Builds the request sent upstream: origin-form, hop-by-hop headers removed, `Via` added.
-pub(crate) fn upstream_request(
-    shared: &Shared,
-    method: Method,
-    headers: &HeaderMap,
-    target: &Target,
-    body: UpBody,
-) -> Request<UpBody> {
-    let mut out = Request::new(body);
-    *out.method_mut() = method;
-    *out.uri_mut() = target
-        .path
-        .parse()
-        .unwrap_or_else(|_| Uri::from_static("/"));
-    *out.version_mut() = Version::HTTP_11;
-    let h = out.headers_mut();
-    h.reserve(headers.len() + 2);
-    for (n, v) in headers {
-        h.append(n.clone(), v.clone());
-    }
-    headers::strip_hop_by_hop(h);
-    h.remove(header::EXPECT);
-    let host = if target.port == 80 {
-        target.host.clone()
-    } else {
-        format!("{}:{}", target.host, target.port)
-    };
-    if let Ok(v) = HeaderValue::from_str(&host) {
-        h.insert(header::HOST, v);
-    }
-    add_via_received(shared, h, target.received);
-    out
 }
 
 /// GET and HEAD: the cache path.
@@ -728,7 +675,7 @@ fn serve_built(
 /// Sends a stored object: 304 for a matching conditional, 206/416 for a range, else 200.
 fn serve_stored(
     shared: &Shared,
-    mut txn: Transaction,
+    txn: Transaction,
     req: &request::Parts,
     object: &CachedObject,
     mut code: ResultCode,
@@ -806,14 +753,7 @@ fn serve_stored(
     if req.method == Method::HEAD {
         body = Bytes::new();
     }
-    txn.result = code;
-    txn.status = status.as_u16();
-    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
-    txn.head_bytes = head_size(&headers);
-    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp
+    made_response(txn, code, status, headers, ProxyBody::full(body))
 }
 
 /// Fetches from upstream and relays; a storable GET response is captured for the store.
@@ -1465,45 +1405,6 @@ fn upstream_failed(shared: &Shared, mut txn: Transaction, e: UpstreamError) -> R
     refuse(shared, txn, e.status(), code, e.token(), &e.to_string())
 }
 
-/// An error response made by the proxy: status, a short text body naming the reason, and
-/// `X-Meshcache-Error` with a stable token.
-pub(crate) fn refuse(
-    shared: &Shared,
-    mut txn: Transaction,
-    status: StatusCode,
-    code: ResultCode,
-    token: &'static str,
-    reason: &str,
-) -> Response<ProxyBody> {
-    let (content_type, body) = shared.errors.render(&crate::errorpage::Incident {
-        status,
-        token,
-        reason,
-        method: txn.method(),
-        url: txn.url(),
-        client: txn.client(),
-    });
-    let mut headers = HeaderMap::with_capacity(6);
-    headers.insert(header::CONTENT_TYPE, content_type);
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(X_ERROR.clone(), HeaderValue::from_static(token));
-    if code == ResultCode::NoneNone || status == StatusCode::LOOP_DETECTED {
-        // The client speaks HTTP wrongly to us: do not trust the rest of the connection.
-        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    headers.insert(X_CACHE.clone(), shared.x_cache_miss.clone());
-    add_via(shared, &mut headers);
-    txn.result = code;
-    txn.status = status.as_u16();
-    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
-    txn.head_bytes = head_size(&headers);
-    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp
-}
-
 /// Our own digest or summary (Squid's internal URL), served from memory.
 fn internal(
     shared: &Shared,
@@ -1533,13 +1434,4 @@ fn internal(
             .insert(hyper::ext::ReasonPhrase::from_static(b"Cache Digest OK"));
     }
     resp
-}
-
-/// Approximate bytes of a response head on the wire.
-fn head_size(headers: &HeaderMap) -> u64 {
-    17 + headers
-        .iter()
-        .map(|(n, v)| (n.as_str().len() + v.len() + 4) as u64)
-        .sum::<u64>()
-        + 2
 }

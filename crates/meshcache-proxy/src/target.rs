@@ -2,9 +2,14 @@
 //! request line's path, host and port), and URI references (`Location`, `Content-Location`)
 //! resolved against it.
 
-use http::{StatusCode, Uri, Version};
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, StatusCode, Uri, Version};
 
+use crate::headers;
 use crate::routing::Directness;
+use crate::stamps::add_via_received;
+use crate::upstream::UpBody;
+use crate::Shared;
 
 /// Where a request goes upstream.
 #[derive(Clone, Debug)]
@@ -173,6 +178,40 @@ fn remove_dot_segments(path: &str) -> String {
         }
     }
     format!("/{}", out.join("/"))
+}
+
+/// Builds the request sent upstream: origin-form, hop-by-hop headers removed, `Via` added.
+pub(crate) fn upstream_request(
+    shared: &Shared,
+    method: Method,
+    headers: &HeaderMap,
+    target: &Target,
+    body: UpBody,
+) -> Request<UpBody> {
+    let mut out = Request::new(body);
+    *out.method_mut() = method;
+    *out.uri_mut() = target
+        .path
+        .parse()
+        .unwrap_or_else(|_| Uri::from_static("/"));
+    *out.version_mut() = Version::HTTP_11;
+    let h = out.headers_mut();
+    h.reserve(headers.len() + 2);
+    for (n, v) in headers {
+        h.append(n.clone(), v.clone());
+    }
+    headers::strip_hop_by_hop(h);
+    h.remove(header::EXPECT);
+    let host = if target.port == 80 {
+        target.host.clone()
+    } else {
+        format!("{}:{}", target.host, target.port)
+    };
+    if let Ok(v) = HeaderValue::from_str(&host) {
+        h.insert(header::HOST, v);
+    }
+    add_via_received(shared, h, target.received);
+    out
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use crate::body::{ProxyBody, Transaction};
 use crate::error::UpstreamError;
 use crate::idle::IdleStream;
 use crate::outcome::{HierCode, ResultCode};
+use crate::refusal::refuse;
 use crate::routing::Directness;
-use crate::service::refuse;
 use crate::Shared;
 
 /// Opens a tunnel for a CONNECT request: to the origin, or through a parent when the routing

@@ -137,7 +137,8 @@ fn under_load_the_two_models_agree_closely() {
 /// one request at a time, exactly the per-datagram results; many at once, close to them.
 #[test]
 fn multicast_group_queries_agree_with_a_copy_per_member() {
-    let trace = trace(12, 120);
+    let one_at_a_time = trace(12, 120);
+    let load = trace(120, 60);
     let mut siblings = SimSpec::default();
     siblings.protocol.name = Protocol::Multicast;
     siblings.mesh.caches = 8;
@@ -149,7 +150,7 @@ fn multicast_group_queries_agree_with_a_copy_per_member() {
         ("6 siblings and a parent", with_parent),
     ] {
         spec.replay.mode = Replay::Serial;
-        let (d, a) = both(&spec, &trace);
+        let (d, a) = both(&spec, &one_at_a_time);
         assert!(
             d.traffic.multicast_messages > 0,
             "{name}: searches happened"
@@ -161,7 +162,6 @@ fn multicast_group_queries_agree_with_a_copy_per_member() {
         assert_eq!(counts(&a), counts(&d), "{name}");
         assert_eq!(a.latency_ms.mean, d.latency_ms.mean, "{name}");
 
-        let load = trace(120, 60);
         spec.replay.mode = Replay::Closed;
         spec.net.origin_bandwidth = 0;
         let (d, a) = both(&spec, &load);
