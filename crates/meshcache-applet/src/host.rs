@@ -15,7 +15,7 @@ use wasmtime::{Caller, Linker, Memory, ResourceLimiter, StoreLimits, StoreLimits
 
 use crate::abi::{self, Input};
 use crate::config::AppletConfig;
-use crate::runtime::{Built, Hit, Item, Items};
+use crate::hit::{Built, Hit, Item, Items};
 use crate::state::{KvStore, KvStores, KvWrites, MAX_KEY};
 
 /// The most objects one run may open (the document included).

@@ -9,6 +9,7 @@
 //!
 //! Layout:
 //! - [`abi`]: the interface, declared once: imports, the entry point, outcome codes.
+//! - [`hit`]: what a run sees and makes: the request, the stored responses, the built response.
 //! - `host`: the host functions behind it, each bounded.
 //! - [`runtime`]: the engine, compiled-module cache, epoch ticker and one run.
 //! - `rewind`: the instrumentation that lets an instance be put back as it was made, so the
@@ -23,6 +24,7 @@
 pub mod abi;
 pub mod config;
 pub mod header;
+pub mod hit;
 mod host;
 mod rewind;
 pub mod runtime;
@@ -31,9 +33,8 @@ pub mod state;
 mod ticker;
 
 pub use config::{AppletConfig, Binding};
-pub use runtime::{
-    Applet, Built, Counter, Counters, Hit, Invocation, Item, Items, Reason, Runtime, Spent, Verdict,
-};
+pub use hit::{Built, Hit, Invocation, Item, Items};
+pub use runtime::{Applet, Counter, Counters, Reason, Runtime, Spent, Verdict};
 
 /// What can go wrong building the runtime or loading a module.
 #[derive(Debug, thiserror::Error)]

@@ -63,7 +63,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::link::LinkConfig;
 use crate::origin::OriginConfig;
-use crate::topology::Topology;
+use crate::topology::{CustomTopology, Topology};
 
 /// An experiment file.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -331,44 +331,6 @@ fn none() -> String {
     "none".into()
 }
 
-/// A custom topology.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CustomTopology {
-    /// Its nodes.
-    pub node: Vec<CustomNode>,
-}
-
-/// A node of a custom topology.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CustomNode {
-    /// Its name (unique in the topology).
-    pub name: String,
-    /// Whether emulated clients use it.
-    #[serde(default = "yes")]
-    pub clients: bool,
-    /// Its neighbours.
-    #[serde(default)]
-    pub peer: Vec<CustomPeer>,
-}
-
-/// One neighbour of a custom node.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CustomPeer {
-    /// The neighbour's node name.
-    pub name: String,
-    /// "sibling" or "parent".
-    pub role: String,
-    /// Only these domains (suffixes like ".br"), or all when empty.
-    #[serde(default)]
-    pub domains: Vec<String>,
-    /// With `domains`: all domains except these instead.
-    #[serde(default)]
-    pub except_domains: Vec<String>,
-}
-
 /// An emulated link between two parties of a topology.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -553,7 +515,7 @@ impl Experiment {
             if c.digest_period.is_some_and(|d| d < Duration::from_secs(1)) {
                 return Err(invalid(key("digest_period"), "must be at least 1s"));
             }
-            let topo = Topology::build(&c.topology, self)
+            let topo = Topology::build(&c.topology, &self.topology)
                 .map_err(|reason| invalid(key("topology"), reason))?;
             let parties = |p: &str| {
                 p == "clients" || p == "origins" || topo.nodes.iter().any(|n| n.name == p)

@@ -325,7 +325,7 @@ fn needs(
     let mut udp = BTreeMap::new();
     for p in plan {
         // A topology that does not build is the run's own error, named when it runs.
-        let Ok(topo) = Topology::build(&p.config.topology, exp) else {
+        let Ok(topo) = Topology::build(&p.config.topology, &exp.topology) else {
             continue;
         };
         for (i, n) in topo.nodes.iter().enumerate() {
@@ -517,7 +517,7 @@ async fn run_one(
     tcp_monitor: Option<&crate::tcpcount::TcpMonitor>,
     barrier: Option<(&crate::barrier::Barrier, usize)>,
 ) -> anyhow::Result<ConfigResult> {
-    let topo = Topology::build(&p.config.topology, exp).map_err(|e| anyhow!(e))?;
+    let topo = Topology::build(&p.config.topology, &exp.topology).map_err(|e| anyhow!(e))?;
     crate::folders::create_reachable(dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let n = topo.nodes.len();

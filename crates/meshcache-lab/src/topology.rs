@@ -14,7 +14,9 @@
 //! An experiment may also describe its own graph (`[[topology.NAME.node]]`).
 //! Only nodes marked `clients` receive the emulated clients' requests.
 
-use crate::experiment::Experiment;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 /// A node's relation to a neighbour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,9 +92,12 @@ pub struct Topology {
 pub const MAX_NODES: usize = 200;
 
 impl Topology {
-    /// Builds a built-in topology or one of the experiment's custom ones.
-    pub fn build(name: &str, exp: &Experiment) -> Result<Topology, String> {
-        if let Some(custom) = exp.topology.get(name) {
+    /// Builds a built-in topology or one of `custom` (an experiment's `[topology.NAME]`).
+    pub fn build(
+        name: &str,
+        custom: &BTreeMap<String, CustomTopology>,
+    ) -> Result<Topology, String> {
+        if let Some(custom) = custom.get(name) {
             return Self::custom(name, custom);
         }
         let sib = |node| Neighbour {
@@ -166,7 +171,7 @@ impl Topology {
         })
     }
 
-    fn custom(name: &str, custom: &crate::experiment::CustomTopology) -> Result<Topology, String> {
+    fn custom(name: &str, custom: &CustomTopology) -> Result<Topology, String> {
         if custom.node.is_empty() || custom.node.len() > MAX_NODES {
             return Err(format!("topology {name:?} needs 1..={MAX_NODES} nodes"));
         }
@@ -255,9 +260,53 @@ impl Topology {
     }
 }
 
+/// A custom topology.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomTopology {
+    /// Its nodes.
+    pub node: Vec<CustomNode>,
+}
+
+/// A node of a custom topology.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomNode {
+    /// Its name (unique in the topology).
+    pub name: String,
+    /// Whether emulated clients use it.
+    #[serde(default = "clients_by_default")]
+    pub clients: bool,
+    /// Its neighbours.
+    #[serde(default)]
+    pub peer: Vec<CustomPeer>,
+}
+
+/// One neighbour of a custom node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomPeer {
+    /// The neighbour's node name.
+    pub name: String,
+    /// "sibling" or "parent".
+    pub role: String,
+    /// Only these domains (suffixes like ".br"), or all when empty.
+    #[serde(default)]
+    pub domains: Vec<String>,
+    /// With `domains`: all domains except these instead.
+    #[serde(default)]
+    pub except_domains: Vec<String>,
+}
+
+fn clients_by_default() -> bool {
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The experiment file is where custom topologies are written.
+    use crate::experiment::Experiment;
 
     fn exp() -> Experiment {
         Experiment::from_toml(
@@ -269,24 +318,24 @@ mod tests {
     #[test]
     fn builtins() {
         let e = exp();
-        let flat = Topology::build("4.0", &e).unwrap();
+        let flat = Topology::build("4.0", &e.topology).unwrap();
         assert_eq!(flat.nodes.len(), 4);
         assert!(flat
             .nodes
             .iter()
             .all(|n| n.neighbours.len() == 3 && n.clients));
-        let t = Topology::build("3.1", &e).unwrap();
+        let t = Topology::build("3.1", &e.topology).unwrap();
         assert_eq!(t.client_nodes(), vec![0, 1, 2]);
         assert_eq!(t.parents_of(0), vec!["p0".to_string()]);
         assert_eq!(t.nodes[3].role(&t), "parent");
         assert_eq!(t.nodes[0].role(&t), "child");
-        let d = Topology::build("2.2.dom", &e).unwrap();
+        let d = Topology::build("2.2.dom", &e.topology).unwrap();
         assert_eq!(d.nodes[0].neighbours[1].domains, vec![".br".to_string()]);
         assert_eq!(d.nodes[0].neighbours[2].domains, vec!["!.br".to_string()]);
-        assert!(Topology::build("5.5", &e)
+        assert!(Topology::build("5.5", &e.topology)
             .unwrap_err()
             .contains("unknown topology"));
-        assert!(Topology::build("0.0", &e).is_err());
+        assert!(Topology::build("0.0", &e.topology).is_err());
     }
 
     #[test]
@@ -305,7 +354,7 @@ name = "x"
 topology = "mine"
 "#;
         let e = Experiment::from_toml(text).unwrap();
-        let t = Topology::build("mine", &e).unwrap();
+        let t = Topology::build("mine", &e.topology).unwrap();
         assert_eq!(t.nodes[0].neighbours[0].domains, vec!["!.br".to_string()]);
         let bad = text.replace("name = \"b\", role", "name = \"z\", role");
         let err = Experiment::from_toml(&bad).unwrap_err().to_string();

@@ -33,6 +33,7 @@ use meshcache_applet::{
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
+use crate::attachment::{Attached, Source};
 use crate::cache::CachedObject;
 use crate::semantics::Usability;
 use crate::Shared;
@@ -72,23 +73,6 @@ struct Bound {
 enum Slot {
     Ready { applet: Arc<Applet>, at: Instant },
     Failed { until: Instant, why: String },
-}
-
-/// The applet a stored document runs, worked out once (on its first hit) and kept with it.
-#[derive(Debug)]
-pub struct Attached {
-    module: Source,
-    log_to: Arc<str>,
-    origin: Arc<str>,
-}
-
-/// Where an attached applet's module comes from.
-#[derive(Debug)]
-enum Source {
-    /// Compiled at start (a bound file).
-    Compiled(Arc<Applet>),
-    /// Fetched from this URL of the origin.
-    Url(String),
 }
 
 /// A run whose hit was answered: its applet and what it left to release.

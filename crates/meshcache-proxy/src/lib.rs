@@ -24,6 +24,7 @@ mod access;
 pub mod accesslog;
 mod admin;
 pub mod applets;
+mod attachment;
 pub mod body;
 pub mod cache;
 mod caching;

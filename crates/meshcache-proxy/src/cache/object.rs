@@ -23,7 +23,7 @@ pub struct CachedObject {
     /// Freshness facts.
     pub freshness: Freshness,
     /// The applet its hits run, worked out on the first hit (see `applets`).
-    pub applet: std::sync::OnceLock<Option<Arc<crate::applets::Attached>>>,
+    pub applet: std::sync::OnceLock<Option<Arc<crate::attachment::Attached>>>,
 }
 
 impl CachedObject {
