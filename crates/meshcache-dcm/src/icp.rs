@@ -163,6 +163,14 @@ pub struct IcpMesh {
     config: IcpConfig,
     next_reqnum: u32,
     pending: HashMap<u32, Pending>,
+    /// Every queried peer takes requests for every host (none has a domain list), so a search
+    /// asks the same peers whatever its URL.
+    queried_serve_all: bool,
+    /// A sibling is among the queried peers.
+    queried_sibling: bool,
+    /// The largest mean round trip among the queried peers, and whose, kept as round trips
+    /// are recorded ([`IcpMesh::record_rtt`]) so that a search need not scan the table.
+    slowest: Option<(u32, PeerId)>,
 }
 
 impl IcpMesh {
@@ -175,7 +183,11 @@ impl IcpMesh {
             }
         }
         let peers: Vec<Peer> = peers.into_iter().map(Peer::new).collect();
+        let queried = || peers.iter().filter(|p| p.spec.queried());
         IcpMesh {
+            queried_serve_all: queried().all(|p| p.spec.domains.is_empty()),
+            queried_sibling: queried().any(|p| p.spec.role == Role::Sibling),
+            slowest: None,
             by_addr,
             parents: select::parents_of(&peers),
             peers,
@@ -470,12 +482,51 @@ impl IcpMesh {
         let mut awaited = true;
         if let Some((n, sent, waited)) = peer.last_query {
             if n == reqnum {
-                peer.record_rtt(now.saturating_duration_since(sent));
                 peer.last_query = None;
                 awaited = waited;
+                self.record_rtt(id, now.saturating_duration_since(sent));
             }
         }
         awaited
+    }
+
+    /// Adds a round-trip sample to `id`'s running mean ([`Peer::record_rtt`]), keeping the
+    /// slowest queried peer's up to date.
+    pub fn record_rtt(&mut self, id: PeerId, sample: Duration) {
+        let Some(peer) = self.peers.get_mut(id.0) else {
+            return;
+        };
+        peer.record_rtt(sample);
+        if !peer.spec.queried() {
+            return;
+        }
+        let Some(ms) = peer.rtt_ms else {
+            return;
+        };
+        match self.slowest {
+            Some((top, _)) if ms >= top => self.slowest = Some((ms, id)),
+            // The slowest got faster: another may be slowest now.
+            Some((_, who)) if who == id => self.slowest = self.scan_slowest(),
+            Some(_) => {}
+            None => self.slowest = Some((ms, id)),
+        }
+    }
+
+    fn scan_slowest(&self) -> Option<(u32, PeerId)> {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.spec.queried())
+            .filter_map(|(i, p)| Some((p.rtt_ms?, PeerId(i))))
+            .max_by_key(|&(ms, PeerId(i))| (ms, std::cmp::Reverse(i)))
+    }
+
+    /// When every queried peer takes requests for every host: whether a sibling is among
+    /// them, and the largest mean round trip among them. `None` when some have domain lists
+    /// (what a search asks then depends on its host).
+    pub fn queried_everywhere(&self) -> Option<(bool, Option<u32>)> {
+        self.queried_serve_all
+            .then(|| (self.queried_sibling, self.slowest.map(|(ms, _)| ms)))
     }
 
     /// A query for search `reqnum` goes to `id` now: counted, and its silence watched.

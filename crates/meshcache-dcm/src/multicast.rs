@@ -265,13 +265,17 @@ impl Multicast {
         host: &str,
         hierarchical: bool,
     ) -> McSearch {
-        // One pass over the table: whether a sibling is among the members, and the slowest.
-        let mut any_sibling = false;
-        let mut slowest = None;
-        for p in mesh.peers().iter().filter(|p| Self::is_member(p, host)) {
-            any_sibling |= p.spec.role == Role::Sibling;
-            slowest = slowest.max(p.rtt_ms);
-        }
+        // Whether a sibling is among the members, and the slowest: kept by the mesh when the
+        // members are the same for every host, else one pass over the table.
+        let (any_sibling, slowest) = mesh.queried_everywhere().unwrap_or_else(|| {
+            let mut any_sibling = false;
+            let mut slowest = None;
+            for p in mesh.peers().iter().filter(|p| Self::is_member(p, host)) {
+                any_sibling |= p.spec.role == Role::Sibling;
+                slowest = slowest.max(p.rtt_ms);
+            }
+            (any_sibling, slowest)
+        });
         if !hierarchical || !any_sibling {
             self.stats.unsearched += 1;
             return McSearch {
@@ -342,7 +346,7 @@ impl Multicast {
             return Some(None);
         }
         let p = self.pending.remove(&reply.reqnum)?;
-        mesh.peers_mut()[id.0].record_rtt(now.saturating_duration_since(sent));
+        mesh.record_rtt(id, now.saturating_duration_since(sent));
         self.stats.hits += 1;
         Some(Some(mesh.hit_route(now, &p.host, id)))
     }
@@ -370,9 +374,8 @@ impl Multicast {
         mesh.note_reply(now, id, reply.kind, reply.reqnum);
         if reply.kind == ReplyKind::Hit {
             self.stats.late_hits += 1;
-            let peer = &mut mesh.peers_mut()[id.0];
-            peer.stats.late += 1;
-            peer.record_rtt(now.saturating_duration_since(sent));
+            mesh.peers_mut()[id.0].stats.late += 1;
+            mesh.record_rtt(id, now.saturating_duration_since(sent));
         }
         Some(None)
     }

@@ -169,7 +169,7 @@ impl Peer {
     }
 
     /// Records an ICP round trip (samples outside 1..10000 ms are discarded, as Squid does).
-    pub fn record_rtt(&mut self, sample: Duration) {
+    pub(crate) fn record_rtt(&mut self, sample: Duration) {
         let ms = u32::try_from(sample.as_millis()).unwrap_or(u32::MAX).max(1);
         if ms > 10_000 {
             return;

@@ -367,8 +367,10 @@ impl<'a> Sim<'a> {
     /// A mesh built from `spec`, ready to replay `trace`.
     pub fn new(spec: &'a SimSpec, trace: &'a Trace) -> Sim<'a> {
         let nodes = mesh::build(spec);
-        let nodes_len = nodes.len();
         let proto = crate::proto::State::new(spec, &nodes, trace.objects.len());
+        let fanout = (matches!(spec.protocol.name, Protocol::Icp | Protocol::Multicast)
+            && spec.protocol.icp_model == IcpModel::Aggregate)
+            .then(|| crate::fanout::Fanout::new(&nodes, trace.objects.len()));
         let mut per_client = vec![Vec::new(); trace.clients as usize];
         let warmup = (spec.replay.warmup as usize).min(trace.requests.len());
         let mut warm_per_client = vec![Vec::new(); trace.clients as usize];
@@ -412,9 +414,7 @@ impl<'a> Sim<'a> {
             classified: Classified::default(),
             traffic: Traffic::default(),
             latency: crate::results::latency_histogram(),
-            fanout: (matches!(spec.protocol.name, Protocol::Icp | Protocol::Multicast)
-                && spec.protocol.icp_model == IcpModel::Aggregate)
-                .then(|| crate::fanout::Fanout::new(nodes_len, trace.objects.len())),
+            fanout,
             proto,
             store_events: Vec::new(),
         }
@@ -865,6 +865,7 @@ impl<'a> Sim<'a> {
     /// Sends a protocol message of `bytes` from `node` to an IP multicast group whose other
     /// members are `to`, after `t` on its CPU: one datagram (one message, one send, one
     /// crossing of the network) of which each member receives a copy.
+    /// Returns when the copies arrive.
     pub(crate) fn send_group(
         &mut self,
         node: NodeIx,
@@ -873,7 +874,7 @@ impl<'a> Sim<'a> {
         kind: Kind,
         msg: impl Fn() -> crate::proto::Msg,
         t: u64,
-    ) {
+    ) -> u64 {
         let sent = self.cpu(node, t, ns(self.spec.net.cpu_datagram));
         self.traffic.count(kind, bytes);
         self.nodes[node as usize].stats.datagrams_sent += 1;
@@ -889,6 +890,7 @@ impl<'a> Sim<'a> {
                 },
             );
         }
+        arrives
     }
 
     fn datagram(&mut self, to: NodeIx, from: NodeIx, payload: Payload) {

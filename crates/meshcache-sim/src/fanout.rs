@@ -24,8 +24,10 @@
 //! round-trip times in the `IcpMesh` tables are not kept per peer (one running round trip
 //! per node sets the deadline). `tests/engine.rs` checks the agreement.
 //!
-//! The multicast protocol's group queries take the same shortcut ([`group_query`]): only the
-//! holders' copies are events, the silent members' receives are background work.
+//! The multicast protocol's group queries take the same shortcut ([`group_query`],
+//! [`first_reply`]): the silent members' receives are background work, and of the holders only
+//! the one whose HIT would be read first gets the query as an event; the others' HITs are
+//! background work too.
 //!
 //! [`IcpMesh::route_after`]: meshcache_dcm::IcpMesh::route_after
 
@@ -33,7 +35,7 @@ use meshcache_dcm::PeerId;
 use smallvec::SmallVec;
 
 use crate::engine::{icp_query_bytes, icp_reply_bytes, ns, Ev, Sim, UDP_IP};
-use crate::mesh::NodeIx;
+use crate::mesh::{Node, NodeIx};
 use crate::results::Kind;
 
 /// The aggregate model's state.
@@ -53,6 +55,8 @@ pub(crate) struct Fanout {
     /// Per node: how much of `shared` it has taken on (or was never asked: its own searches),
     /// and what it owes on its own (a parent's answers, a node's replies to read).
     nodes: Vec<NodeOwed>,
+    /// Per node, a bit per node it lists as a peer (whose multicast queries it answers).
+    lists: Vec<Vec<u64>>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -65,6 +69,22 @@ struct Owed {
     answered: u64,
     /// Queries received and not answered (one datagram in).
     silent: u64,
+}
+
+impl Owed {
+    /// One query answered: two datagrams of CPU (`c` each: the query in, the reply out) and
+    /// the reply's time on the interface.
+    fn answer(&mut self, c: u64, reply_tx: u64) {
+        self.cpu += 2 * c;
+        self.nic += reply_tx;
+        self.answered += 1;
+    }
+
+    /// One query received and not answered: a datagram's CPU.
+    fn ignore(&mut self, c: u64) {
+        self.cpu += c;
+        self.silent += 1;
+    }
 }
 
 #[derive(Clone, Copy, Default)]
@@ -89,12 +109,29 @@ struct NodeOwed {
 }
 
 impl Fanout {
-    pub(crate) fn new(nodes: usize, objects: usize) -> Fanout {
+    pub(crate) fn new(nodes: &[Node], objects: usize) -> Fanout {
+        let words = nodes.len().div_ceil(64);
+        let lists = nodes
+            .iter()
+            .map(|n| {
+                let mut bits = vec![0u64; words];
+                for &p in &n.peer_nodes {
+                    bits[p as usize / 64] |= 1 << (p % 64);
+                }
+                bits
+            })
+            .collect();
         Fanout {
             holders: vec![SmallVec::new(); objects],
-            nodes: vec![NodeOwed::default(); nodes],
+            nodes: vec![NodeOwed::default(); nodes.len()],
+            lists,
             ..Fanout::default()
         }
+    }
+
+    /// Whether `node` lists `peer` in its peer table.
+    fn lists(&self, node: NodeIx, peer: NodeIx) -> bool {
+        self.lists[node as usize][peer as usize / 64] & (1 << (peer % 64)) != 0
     }
 
     /// `node` stored object `obj`.
@@ -170,14 +207,81 @@ pub(crate) fn group_query(sim: &mut Sim<'_>, node: NodeIx, obj: u32) -> SmallVec
         .copied()
         .filter(|&h| h != node)
         .collect();
-    f.group.cpu += c;
-    f.group.silent += 1;
+    f.group.ignore(c);
     for &n in holders.iter().chain([&node]) {
-        let taken = &mut f.nodes[n as usize].taken_group;
-        taken.cpu += c;
-        taken.silent += 1;
+        f.nodes[n as usize].taken_group.ignore(c);
     }
     holders
+}
+
+/// When the reply (`reply` bytes) of `to` to a query from `node` that reached it at `arrives`
+/// is read at `node`: two datagrams of CPU at `to` (the query in, the reply out) after its
+/// backlog, its interface and the shared network as they stand now, then a datagram's CPU at
+/// `node`.
+fn reply_read_at(sim: &mut Sim<'_>, node: NodeIx, to: NodeIx, arrives: u64, reply: u64) -> u64 {
+    settle(sim, to);
+    let net = &sim.spec.net;
+    let (c, lat) = (ns(net.cpu_datagram), ns(net.latency));
+    let r = &sim.nodes[to as usize];
+    let answered = arrives.max(r.cpu_free) + 2 * c;
+    let out = r.nic.peek(answered, reply + UDP_IP, net.proxy_bandwidth);
+    let crossed = sim.net.peek(out, reply + UDP_IP, net.network_bandwidth) + lat;
+    crossed.max(sim.nodes[node as usize].cpu_free) + c
+}
+
+/// The HITs of `holders` to a multicast group query from `node` that reached them at
+/// `arrives`, in the aggregate model (a holder that does not list `node` as a peer drops the
+/// query, as background work): the holder whose reply (`reply` bytes) would be read
+/// first is returned, to get the query as an event and answer it through its `Multicast`
+/// machine; the others' HITs, which decide nothing (the search has ended when they come), are
+/// background work as an ICP responder's: two datagrams of CPU and a reply's interface time at
+/// each, the network's time, and a datagram's CPU at `node` for each reply it reads. Not kept:
+/// the late HITs' marks in `node`'s peer table (its per-peer counters, and liveness).
+pub(crate) fn first_reply(
+    sim: &mut Sim<'_>,
+    node: NodeIx,
+    holders: &[NodeIx],
+    arrives: u64,
+    reply: u64,
+) -> Option<NodeIx> {
+    // A holder answers only a member of its own peer table (`Multicast::on_query`); the
+    // others receive the query and drop it.
+    let f = sim.fanout.as_ref().expect("aggregate model");
+    let (answering, dropping): (SmallVec<[NodeIx; 4]>, SmallVec<[NodeIx; 4]>) =
+        holders.iter().copied().partition(|&h| f.lists(h, node));
+    if !dropping.is_empty() {
+        let c = ns(sim.spec.net.cpu_datagram);
+        let f = sim.fanout.as_mut().expect("aggregate model");
+        for &h in &dropping {
+            f.nodes[h as usize].own.ignore(c);
+        }
+    }
+    let holders = &answering[..];
+    let mut first: Option<(u64, NodeIx)> = None;
+    for &h in holders {
+        let when = reply_read_at(sim, node, h, arrives, reply);
+        if first.is_none_or(|(w, _)| when < w) {
+            first = Some((when, h));
+        }
+    }
+    let (_, first) = first?;
+    let rest = holders.len() as u64 - 1;
+    if rest > 0 {
+        let net = &sim.spec.net;
+        let c = ns(net.cpu_datagram);
+        let reply_tx = crate::engine::wire(reply + UDP_IP, net.proxy_bandwidth);
+        sim.net
+            .absorb(rest * crate::engine::wire(reply + UDP_IP, net.network_bandwidth));
+        sim.traffic.count_many(Kind::Multicast, rest, reply);
+        let f = sim.fanout.as_mut().expect("aggregate model");
+        for &h in holders.iter().filter(|&&h| h != first) {
+            f.nodes[h as usize].own.answer(c, reply_tx);
+        }
+        let me = &mut f.nodes[node as usize];
+        me.own.cpu += rest * c;
+        me.replies_read += rest;
+    }
+    Some(first)
 }
 
 /// One target of a search: the peer in `node`'s table, and the node behind it.
@@ -253,16 +357,9 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         .book_train(left(0), left(count - 1), count, query + UDP_IP, net_bw);
     let arrives = |i: u64| wire.out(i, left(i)) + lat;
 
-    // When the reply of target `i` at `to` is read at `node` (two datagrams of CPU there:
-    // the query in, the reply out).
-    let replied = |sim: &mut Sim<'_>, i: u64, to: NodeIx| -> u64 {
-        settle(sim, to);
-        let r = &sim.nodes[to as usize];
-        let answered = arrives(i).max(r.cpu_free) + 2 * c;
-        let out = r.nic.peek(answered, reply + UDP_IP, proxy_bw);
-        let crossed = sim.net.peek(out, reply + UDP_IP, net_bw) + lat;
-        crossed.max(sim.nodes[node as usize].cpu_free) + c
-    };
+    // When the reply of target `i` at `to` is read at `node`.
+    let replied =
+        |sim: &mut Sim<'_>, i: u64, to: NodeIx| reply_read_at(sim, node, to, arrives(i), reply);
 
     // Which targets hold the object.
     let target_of = |h: NodeIx| -> Option<Target> {
@@ -349,19 +446,11 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     let reply_tx = crate::engine::wire(reply + UDP_IP, proxy_bw);
     let f = sim.fanout.as_mut().expect("aggregate model");
     if siblings > 0 {
-        f.shared.cpu += 2 * c;
-        f.shared.nic += reply_tx;
-        f.shared.answered += 1;
-        let me = &mut f.nodes[node as usize];
-        me.taken.cpu += 2 * c;
-        me.taken.nic += reply_tx;
-        me.taken.answered += 1;
+        f.shared.answer(c, reply_tx);
+        f.nodes[node as usize].taken.answer(c, reply_tx);
     }
     for p in &parents {
-        let owed = &mut f.nodes[p.node as usize].own;
-        owed.cpu += 2 * c;
-        owed.nic += reply_tx;
-        owed.answered += 1;
+        f.nodes[p.node as usize].own.answer(c, reply_tx);
     }
     let me = &mut f.nodes[node as usize];
     me.own.cpu += count * c;

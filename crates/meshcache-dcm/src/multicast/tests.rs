@@ -248,7 +248,7 @@ fn the_deadline_adapts_to_hit_round_trips_within_floor_and_ceiling() {
         Duration::from_millis(30) * RTT_FACTOR
     );
     // The slowest member counts.
-    mesh.peers_mut()[1].record_rtt(Duration::from_millis(50));
+    mesh.record_rtt(PeerId(1), Duration::from_millis(50));
     assert_eq!(
         mc.wait_for(mesh.peers(), &members),
         Duration::from_millis(150)
@@ -259,11 +259,11 @@ fn the_deadline_adapts_to_hit_round_trips_within_floor_and_ceiling() {
     );
     // Clamped below ...
     let mut fast = table(siblings(1));
-    fast.peers_mut()[0].record_rtt(Duration::from_millis(1));
+    fast.record_rtt(PeerId(0), Duration::from_millis(1));
     assert_eq!(mc.wait_for(fast.peers(), &[PeerId(0)]), floor);
     // ... and above.
     let mut slow = table(siblings(1));
-    slow.peers_mut()[0].record_rtt(Duration::from_secs(5));
+    slow.record_rtt(PeerId(0), Duration::from_secs(5));
     assert_eq!(mc.wait_for(slow.peers(), &[PeerId(0)]), ceiling);
     // A floor above the ceiling is the wait.
     let odd = Multicast::new(
@@ -398,4 +398,32 @@ fn the_mode_can_change_after_start() {
     mc.set_mode(Mode::Logical);
     assert_eq!(mc.mode().as_str(), "logical");
     assert_eq!(mc.begin(now, &mut mesh, URL, HOST, true).queries.len(), 3);
+}
+
+/// The slowest round trip the mesh keeps as samples come is the one a scan of the table
+/// finds, also when the slowest peer gets faster; a search waits for it, and a table with a
+/// domain list is scanned per host instead.
+#[test]
+fn the_slowest_member_is_kept_as_round_trips_change() {
+    let mut mesh = table(siblings(6));
+    let scan = |mesh: &IcpMesh| mesh.peers().iter().filter_map(|p| p.rtt_ms).max();
+    // A fixed pseudo-random walk of samples, 1..400 ms, over the six peers.
+    let mut x: u32 = 12345;
+    for _ in 0..2_000 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        let peer = PeerId((x >> 16) as usize % 6);
+        let sample = Duration::from_millis(u64::from(1 + (x >> 8) % 400));
+        mesh.record_rtt(peer, sample);
+        assert_eq!(mesh.queried_everywhere(), Some((true, scan(&mesh))));
+    }
+    let mut mc = Multicast::new(MulticastConfig::default(), Mode::Ip);
+    let members = Multicast::members(mesh.peers(), HOST);
+    let now = Instant::now();
+    let s = mc.begin(now, &mut mesh, URL, HOST, true);
+    assert_eq!(deadline(&s), now + mc.wait_for(mesh.peers(), &members));
+
+    let mut specs = siblings(2);
+    specs[1].domains = vec![".br".into()];
+    let domains = table(specs);
+    assert_eq!(domains.queried_everywhere(), None);
 }

@@ -16,8 +16,9 @@
 //! spends a receive on it (a node that does not list the sender drops it). In logical mode
 //! each unicast copy is a message. HIT replies count as multicast messages too.
 //!
-//! With `protocol.icp_model = "aggregate"` only the holders' copies of a group query are
-//! events; the other members' receives are background work ([`crate::fanout::group_query`]).
+//! With `protocol.icp_model = "aggregate"` only the copy of a group query to the holder whose
+//! HIT comes first is an event; the other members' receives and the other holders' HITs are
+//! background work ([`crate::fanout::group_query`], [`crate::fanout::first_reply`]).
 //!
 //! Sizes are the proxy's datagrams': `meshcache_wire::multicast::query` and its ICP reply.
 
@@ -25,7 +26,7 @@ use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
 use meshcache_dcm::{ReplyKind, Route};
 
 use super::{IcpReply, Msg};
-use crate::engine::{ns, Payload, Sim};
+use crate::engine::{ns, Ev, Payload, Sim};
 use crate::mesh::{icp_addr, node_at, Node, NodeIx};
 use crate::results::Kind;
 use crate::spec::{Protocol, SimSpec};
@@ -83,7 +84,21 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         match *q {
             Destination::Group if sim.fanout.is_some() => {
                 let holders = crate::fanout::group_query(sim, node, obj);
-                sim.send_group(node, holders.into_iter(), bytes, Kind::Multicast, query, t);
+                let none = std::iter::empty();
+                let arrives = sim.send_group(node, none, bytes, Kind::Multicast, query, t);
+                let reply = reply_len(&o.url);
+                if let Some(first) = crate::fanout::first_reply(sim, node, &holders, arrives, reply)
+                {
+                    let payload = Payload::Proto(query());
+                    sim.schedule(
+                        arrives,
+                        Ev::Datagram {
+                            to: first,
+                            from: node,
+                            payload,
+                        },
+                    );
+                }
             }
             Destination::Group => {
                 let everyone = sim.nodes.len() as NodeIx;
