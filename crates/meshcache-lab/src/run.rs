@@ -520,215 +520,23 @@ async fn run_one(
     let topo = Topology::build(&p.config.topology, &exp.topology).map_err(|e| anyhow!(e))?;
     crate::folders::create_reachable(dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
-    let n = topo.nodes.len();
+    let origins = start_origins(exp, w).await?;
 
-    // Origins.
-    let mut origins = Vec::new();
-    for ip in w.origins.values() {
-        let addr = SocketAddr::from((*ip, exp.origin_port));
-        let listener = bind_listener(addr, REBIND_LIMIT)
-            .await
-            .with_context(|| format!("cannot bind an origin on {addr}"))?;
-        origins.push(crate::origin::Origin::spawn_with(
-            listener,
-            &exp.origins,
-            std::future::pending(),
-        )?);
-    }
+    let Wiring {
+        links,
+        hosts,
+        peer_addrs,
+        client_targets,
+        node_links,
+    } = wire(exp, p, &topo, w).await?;
 
-    // Addresses as each party sees the others, before links.
-    let mut hosts: Vec<BTreeMap<String, IpAddr>> = (0..n)
-        .map(|_| {
-            w.origins
-                .iter()
-                .map(|(h, ip)| (h.clone(), IpAddr::V4(*ip)))
-                .collect()
-        })
-        .collect();
-    let mut peer_addrs: HashMap<(usize, usize), (SocketAddr, SocketAddr)> = HashMap::new();
-    for (i, node) in topo.nodes.iter().enumerate() {
-        for nb in &node.neighbours {
-            let ip = node::node_ip(nb.node);
-            peer_addrs.insert(
-                (i, nb.node),
-                (
-                    SocketAddr::from((ip, node::HTTP_PORT)),
-                    SocketAddr::from((ip, node::ICP_PORT)),
-                ),
-            );
-        }
-    }
-    let mut client_targets: Vec<SocketAddr> = (0..n)
-        .map(|i| SocketAddr::from((node::node_ip(i), node::HTTP_PORT)))
-        .collect();
-
-    // Links: relays in between, and the parties' views rewritten to the relays' faces.
-    let mut links = Vec::new();
-    // A link between two nodes: its ICP relay is the only path between them.
-    let mut node_links = false;
-    let mut faces = 0usize;
-    let mut face = || {
-        faces += 1;
-        relay_ip(faces - 1)
-    };
-    let seed = exp.seed;
-    for (li, l) in exp.link.iter().enumerate() {
-        if p.config
-            .links
-            .as_ref()
-            .is_some_and(|sel| !sel.contains(&l.name))
-        {
-            continue;
-        }
-        let (Some(a), Some(b)) = (party(&l.from, &topo), party(&l.to, &topo)) else {
-            bail!("link {:?}: unknown party", l.name);
-        };
-        let lseed = seed ^ ((li as u64 + 1) << 32);
-        match (a, b) {
-            (Party::Clients, Party::Node(x)) | (Party::Node(x), Party::Clients) => {
-                let cfg = oriented(l, a == Party::Clients);
-                let listen = SocketAddr::from((face(), node::HTTP_PORT));
-                links.push(tcp_link(listen, client_targets[x], None, cfg, lseed).await?);
-                client_targets[x] = listen;
-            }
-            (Party::Origins, Party::Node(x)) | (Party::Node(x), Party::Origins) => {
-                let cfg = oriented(l, a == Party::Node(x));
-                for (k, (host, ip)) in w.origins.iter().enumerate() {
-                    let f = face();
-                    let listen = SocketAddr::from((f, exp.origin_port));
-                    let target = SocketAddr::from((*ip, exp.origin_port));
-                    links.push(tcp_link(listen, target, None, cfg, lseed + k as u64).await?);
-                    hosts[x].insert(host.clone(), IpAddr::V4(f));
-                }
-            }
-            (Party::Node(x), Party::Node(y)) => {
-                node_links = true;
-                let cfg = oriented(l, true);
-                let (fx, fy) = (face(), face()); // fx: x's view of y; fy: y's view of x
-                let x_icp = SocketAddr::from((node::node_ip(x), node::ICP_PORT));
-                let y_icp = SocketAddr::from((node::node_ip(y), node::ICP_PORT));
-                let a_side = tokio::net::UdpSocket::bind((fx, node::ICP_PORT)).await?;
-                let b_side = tokio::net::UdpSocket::bind((fy, node::ICP_PORT)).await?;
-                links.push(Link::udp_pair(
-                    a_side,
-                    b_side,
-                    UdpPair {
-                        a: x_icp,
-                        b: y_icp,
-                        link: cfg,
-                        seed: lseed,
-                    },
-                    std::future::pending(),
-                )?);
-                let x_sees_y = SocketAddr::from((fx, node::HTTP_PORT));
-                let y_sees_x = SocketAddr::from((fy, node::HTTP_PORT));
-                let y_http = SocketAddr::from((node::node_ip(y), node::HTTP_PORT));
-                let x_http = SocketAddr::from((node::node_ip(x), node::HTTP_PORT));
-                links.push(tcp_link(x_sees_y, y_http, Some(fy.into()), cfg, lseed + 1).await?);
-                let back = oriented(l, false);
-                links.push(tcp_link(y_sees_x, x_http, Some(fx.into()), back, lseed + 2).await?);
-                peer_addrs.insert((x, y), (x_sees_y, SocketAddr::from((fx, node::ICP_PORT))));
-                peer_addrs.insert((y, x), (y_sees_x, SocketAddr::from((fy, node::ICP_PORT))));
-            }
-            _ => bail!(
-                "link {:?} joins {:?} and {:?}: a link needs a node at one end",
-                l.name,
-                l.from,
-                l.to
-            ),
-        }
-    }
-
-    // Nodes.
-    let memory = match exp.nodes.memory.as_str() {
-        "auto" => {
-            ((w.unique_bytes as f64 * exp.nodes.cache_share) / n as f64).max(1_048_576.0) as u64
-        }
-        m => parse_size(m).map_err(|e| anyhow!(e))?,
-    };
-    // A cache smaller than the largest object stores objects up to its own size.
-    let max_object_size = parse_size(&exp.nodes.max_object_size)
-        .map_err(|e| anyhow!(e))?
-        .min(memory);
-    let extra = match p.product {
-        Product::Meshcache => &exp.nodes.meshcache_extra,
-        Product::Squid => &exp.nodes.squid_extra,
-    };
+    let plans = node_plans(exp, p, w, &topo, dir, &hosts, &peer_addrs, node_links)?;
     let mut running = Running {
         nodes: Vec::new(),
         _links: links,
         origins,
     };
-    let digest_period = p.config.digest_period.unwrap_or(Duration::from_secs(60));
-    let mut cooperation = vec![format!(
-        "digest_rebuild_period = \"{}s\"",
-        digest_period.as_secs().max(1)
-    )];
-    if let Some(t) = p.config.summary_threshold {
-        cooperation.push(format!("summary_threshold = {t}"));
-    }
-    if let Some(b) = p.config.bits_per_entry {
-        cooperation.push(format!("summary_bits_per_entry = {b}"));
-    }
-    if let Some(a) = p.config.alpha {
-        cooperation.push(format!("directory_alpha = {a}"));
-    }
-    if let Some(v) = &p.config.variant {
-        cooperation.push(format!("directory_variant = \"{v}\""));
-    }
-    if let Some(u) = &p.config.updates {
-        cooperation.push(format!("directory_updates = \"{u}\""));
-    }
-    if p.config.protocol == "carp" {
-        cooperation.push("carp_member = true".into());
-    }
-    if p.config.protocol == "multicast" {
-        // The nodes join the group on loopback, where the lab runs them. Queries sent to the
-        // group would bypass an emulated link between two nodes (and arrive from an address
-        // the receiver knows only by the relay's), so such runs unicast to each member.
-        let mode = match (p.config.multicast_mode.as_deref(), node_links) {
-            (Some("ip"), true) => bail!(
-                "config {:?}: multicast_mode = \"ip\" with links between nodes: the group would bypass them",
-                p.config.name
-            ),
-            (_, true) => "logical",
-            (Some(m), false) => m,
-            (None, false) => "auto",
-        };
-        cooperation.push(format!("multicast_mode = \"{mode}\""));
-    }
-    for (i, tn) in topo.nodes.iter().enumerate() {
-        let peers = tn
-            .neighbours
-            .iter()
-            .map(|nb| {
-                let (http, icp) = peer_addrs[&(i, nb.node)];
-                PeerPlan {
-                    name: topo.nodes[nb.node].name.clone(),
-                    role: nb.role,
-                    http,
-                    icp,
-                    domains: nb.domains.clone(),
-                }
-            })
-            .collect();
-        let plan = NodePlan {
-            index: i,
-            name: tn.name.clone(),
-            product: p.product,
-            ip: node::node_ip(i),
-            dir: dir.join(&tn.name),
-            memory,
-            max_object_size,
-            protocol: p.config.protocol.clone(),
-            cooperation: cooperation.clone(),
-            digest_period_s: digest_period.as_secs(),
-            persistent: p.config.persistent.unwrap_or(exp.nodes.persistent),
-            query_lone_parent: p.config.query_lone_parent,
-            peers,
-            hosts: hosts[i].clone(),
-            extra: extra.clone(),
-        };
+    for plan in plans {
         running.nodes.push(launcher.start(plan)?);
     }
     let ready = tokio::task::block_in_place(|| {
@@ -739,81 +547,15 @@ async fn run_one(
     });
     ready?;
 
-    // Clients: client c goes to the (c mod k)-th node that takes clients.
     let client_nodes = topo.client_nodes();
-    let mut streams: Vec<BTreeMap<u32, Vec<Request>>> = vec![BTreeMap::new(); n];
-    for r in &w.requests {
-        let node = client_nodes[r.client as usize % client_nodes.len()];
-        streams[node].entry(r.client).or_default().push(r.clone());
-    }
-    let jobs: Vec<crate::replay::NodeJob> = client_nodes
-        .iter()
-        .map(|&i| crate::replay::NodeJob {
-            target: client_targets[i],
-            local: topo.nodes[i].name.clone(),
-            parents: topo.parents_of(i),
-            streams: std::mem::take(&mut streams[i]).into_values().collect(),
-        })
-        .collect();
-
-    // Pre-warm: a request per node and origin host, repeated until every node answers them
-    // all (ICP peers hear of each other; a Squid that has not yet seen its parents alive
-    // answers 502 for a moment after it starts), for 20 s at most.
-    let warm_deadline = Instant::now() + Duration::from_secs(20);
-    for attempt in 0u32.. {
-        let warm: Vec<_> = jobs
-            .iter()
-            .map(|j| crate::replay::NodeJob {
-                target: j.target,
-                local: j.local.clone(),
-                parents: j.parents.clone(),
-                streams: vec![w
-                    .origins
-                    .keys()
-                    .map(|host| Request {
-                        time_ms: 0,
-                        client: 0,
-                        size: 16,
-                        url: format!(
-                            "http://{host}:{}/lab-prewarm/{}/{attempt}?size=16",
-                            exp.origin_port, j.local
-                        ),
-                    })
-                    .collect()],
-            })
-            .collect();
-        let outcomes = crate::replay::replay(&warm, exp, None).await;
-        let failed: u64 = outcomes.iter().map(|o| o.errors).sum();
-        if failed == 0 {
-            break;
-        }
-        if Instant::now() > warm_deadline {
-            bail!("the nodes still fail requests after 20 s ({failed} of the last warm-up round)");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let jobs = client_jobs(&topo, &client_nodes, w, &client_targets);
+    prewarm(exp, w, &jobs).await?;
     tokio::task::block_in_place(|| squid_peers_up(&running, Duration::from_secs(10)))?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     if matches!(p.config.protocol.as_str(), "summary" | "digest") {
         tokio::task::block_in_place(|| summaries_installed(&running, Duration::from_secs(20)))?;
     }
-    // Serial replay: every request in trace order, with the job (node) it belongs to.
-    let order: Vec<(usize, Request)> = if exp.clients.serial {
-        let job_of: BTreeMap<usize, usize> = client_nodes
-            .iter()
-            .enumerate()
-            .map(|(j, &i)| (i, j))
-            .collect();
-        w.requests
-            .iter()
-            .map(|r| {
-                let node = client_nodes[r.client as usize % client_nodes.len()];
-                (job_of[&node], r.clone())
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let order = serial_order(exp, &client_nodes, w);
     if exp.clients.warmup_pass {
         if exp.clients.serial {
             crate::replay::serial(&jobs, &order, exp, None).await;
@@ -886,6 +628,363 @@ async fn run_one(
     result.origin_requests = origin_after - origin_before;
     drop(running);
     Ok(result)
+}
+
+/// What each node of `topo` is started with for configuration `p`: its store's size, its
+/// peers as it sees them, the cooperation settings, the product's extra lines.
+#[allow(clippy::too_many_arguments)]
+fn node_plans(
+    exp: &Experiment,
+    p: &Planned<'_>,
+    w: &Workload,
+    topo: &Topology,
+    dir: &Path,
+    hosts: &[BTreeMap<String, IpAddr>],
+    peer_addrs: &HashMap<(usize, usize), (SocketAddr, SocketAddr)>,
+    node_links: bool,
+) -> anyhow::Result<Vec<NodePlan>> {
+    let n = topo.nodes.len();
+    let memory = match exp.nodes.memory.as_str() {
+        "auto" => {
+            ((w.unique_bytes as f64 * exp.nodes.cache_share) / n as f64).max(1_048_576.0) as u64
+        }
+        m => parse_size(m).map_err(|e| anyhow!(e))?,
+    };
+    // A cache smaller than the largest object stores objects up to its own size.
+    let max_object_size = parse_size(&exp.nodes.max_object_size)
+        .map_err(|e| anyhow!(e))?
+        .min(memory);
+    let extra = match p.product {
+        Product::Meshcache => &exp.nodes.meshcache_extra,
+        Product::Squid => &exp.nodes.squid_extra,
+    };
+    let digest_period = p.config.digest_period.unwrap_or(Duration::from_secs(60));
+    let cooperation = cooperation_lines(p, digest_period, node_links)?;
+    let mut plans = Vec::new();
+    for (i, tn) in topo.nodes.iter().enumerate() {
+        let peers = tn
+            .neighbours
+            .iter()
+            .map(|nb| {
+                let (http, icp) = peer_addrs[&(i, nb.node)];
+                PeerPlan {
+                    name: topo.nodes[nb.node].name.clone(),
+                    role: nb.role,
+                    http,
+                    icp,
+                    domains: nb.domains.clone(),
+                }
+            })
+            .collect();
+        let plan = NodePlan {
+            index: i,
+            name: tn.name.clone(),
+            product: p.product,
+            ip: node::node_ip(i),
+            dir: dir.join(&tn.name),
+            memory,
+            max_object_size,
+            protocol: p.config.protocol.clone(),
+            cooperation: cooperation.clone(),
+            digest_period_s: digest_period.as_secs(),
+            persistent: p.config.persistent.unwrap_or(exp.nodes.persistent),
+            query_lone_parent: p.config.query_lone_parent,
+            peers,
+            hosts: hosts[i].clone(),
+            extra: extra.clone(),
+        };
+        plans.push(plan);
+    }
+    Ok(plans)
+}
+
+/// The emulated origin servers, one per host of the workload.
+async fn start_origins(
+    exp: &Experiment,
+    w: &Workload,
+) -> anyhow::Result<Vec<crate::origin::Origin>> {
+    let mut origins = Vec::new();
+    for ip in w.origins.values() {
+        let addr = SocketAddr::from((*ip, exp.origin_port));
+        let listener = bind_listener(addr, REBIND_LIMIT)
+            .await
+            .with_context(|| format!("cannot bind an origin on {addr}"))?;
+        origins.push(crate::origin::Origin::spawn_with(
+            listener,
+            &exp.origins,
+            std::future::pending(),
+        )?);
+    }
+    Ok(origins)
+}
+
+/// How the parties of a run reach each other: the emulated links' relays, and each party's
+/// view of the others rewritten to the relays' faces.
+struct Wiring {
+    links: Vec<Link>,
+    /// Per node: the address it resolves each origin host to.
+    hosts: Vec<BTreeMap<String, IpAddr>>,
+    /// (node, neighbour): the neighbour's HTTP and ICP addresses as the node sees them.
+    peer_addrs: HashMap<(usize, usize), (SocketAddr, SocketAddr)>,
+    /// Per node: where its clients send their requests.
+    client_targets: Vec<SocketAddr>,
+    /// A link joins two nodes (its ICP relay is the only path between them).
+    node_links: bool,
+}
+
+/// Sets up the links `p` selects between the parties of `topo`.
+async fn wire(
+    exp: &Experiment,
+    p: &Planned<'_>,
+    topo: &Topology,
+    w: &Workload,
+) -> anyhow::Result<Wiring> {
+    let n = topo.nodes.len();
+    // Addresses as each party sees the others, before links.
+    let mut hosts: Vec<BTreeMap<String, IpAddr>> = (0..n)
+        .map(|_| {
+            w.origins
+                .iter()
+                .map(|(h, ip)| (h.clone(), IpAddr::V4(*ip)))
+                .collect()
+        })
+        .collect();
+    let mut peer_addrs: HashMap<(usize, usize), (SocketAddr, SocketAddr)> = HashMap::new();
+    for (i, node) in topo.nodes.iter().enumerate() {
+        for nb in &node.neighbours {
+            let ip = node::node_ip(nb.node);
+            peer_addrs.insert(
+                (i, nb.node),
+                (
+                    SocketAddr::from((ip, node::HTTP_PORT)),
+                    SocketAddr::from((ip, node::ICP_PORT)),
+                ),
+            );
+        }
+    }
+    let mut client_targets: Vec<SocketAddr> = (0..n)
+        .map(|i| SocketAddr::from((node::node_ip(i), node::HTTP_PORT)))
+        .collect();
+
+    // Links: relays in between, and the parties' views rewritten to the relays' faces.
+    let mut links = Vec::new();
+    // A link between two nodes: its ICP relay is the only path between them.
+    let mut node_links = false;
+    let mut faces = 0usize;
+    let mut face = || {
+        faces += 1;
+        relay_ip(faces - 1)
+    };
+    let seed = exp.seed;
+    for (li, l) in exp.link.iter().enumerate() {
+        if p.config
+            .links
+            .as_ref()
+            .is_some_and(|sel| !sel.contains(&l.name))
+        {
+            continue;
+        }
+        let (Some(a), Some(b)) = (party(&l.from, topo), party(&l.to, topo)) else {
+            bail!("link {:?}: unknown party", l.name);
+        };
+        let lseed = seed ^ ((li as u64 + 1) << 32);
+        match (a, b) {
+            (Party::Clients, Party::Node(x)) | (Party::Node(x), Party::Clients) => {
+                let cfg = oriented(l, a == Party::Clients);
+                let listen = SocketAddr::from((face(), node::HTTP_PORT));
+                links.push(tcp_link(listen, client_targets[x], None, cfg, lseed).await?);
+                client_targets[x] = listen;
+            }
+            (Party::Origins, Party::Node(x)) | (Party::Node(x), Party::Origins) => {
+                let cfg = oriented(l, a == Party::Node(x));
+                for (k, (host, ip)) in w.origins.iter().enumerate() {
+                    let f = face();
+                    let listen = SocketAddr::from((f, exp.origin_port));
+                    let target = SocketAddr::from((*ip, exp.origin_port));
+                    links.push(tcp_link(listen, target, None, cfg, lseed + k as u64).await?);
+                    hosts[x].insert(host.clone(), IpAddr::V4(f));
+                }
+            }
+            (Party::Node(x), Party::Node(y)) => {
+                node_links = true;
+                let cfg = oriented(l, true);
+                let (fx, fy) = (face(), face()); // fx: x's view of y; fy: y's view of x
+                let x_icp = SocketAddr::from((node::node_ip(x), node::ICP_PORT));
+                let y_icp = SocketAddr::from((node::node_ip(y), node::ICP_PORT));
+                let a_side = tokio::net::UdpSocket::bind((fx, node::ICP_PORT)).await?;
+                let b_side = tokio::net::UdpSocket::bind((fy, node::ICP_PORT)).await?;
+                links.push(Link::udp_pair(
+                    a_side,
+                    b_side,
+                    UdpPair {
+                        a: x_icp,
+                        b: y_icp,
+                        link: cfg,
+                        seed: lseed,
+                    },
+                    std::future::pending(),
+                )?);
+                let x_sees_y = SocketAddr::from((fx, node::HTTP_PORT));
+                let y_sees_x = SocketAddr::from((fy, node::HTTP_PORT));
+                let y_http = SocketAddr::from((node::node_ip(y), node::HTTP_PORT));
+                let x_http = SocketAddr::from((node::node_ip(x), node::HTTP_PORT));
+                links.push(tcp_link(x_sees_y, y_http, Some(fy.into()), cfg, lseed + 1).await?);
+                let back = oriented(l, false);
+                links.push(tcp_link(y_sees_x, x_http, Some(fx.into()), back, lseed + 2).await?);
+                peer_addrs.insert((x, y), (x_sees_y, SocketAddr::from((fx, node::ICP_PORT))));
+                peer_addrs.insert((y, x), (y_sees_x, SocketAddr::from((fy, node::ICP_PORT))));
+            }
+            _ => bail!(
+                "link {:?} joins {:?} and {:?}: a link needs a node at one end",
+                l.name,
+                l.from,
+                l.to
+            ),
+        }
+    }
+    Ok(Wiring {
+        links,
+        hosts,
+        peer_addrs,
+        client_targets,
+        node_links,
+    })
+}
+
+/// The `[cooperation]` lines every node of `p` gets: the configuration's tuning, and the
+/// multicast mode that the links allow.
+fn cooperation_lines(
+    p: &Planned<'_>,
+    digest_period: Duration,
+    node_links: bool,
+) -> anyhow::Result<Vec<String>> {
+    let mut cooperation = vec![format!(
+        "digest_rebuild_period = \"{}s\"",
+        digest_period.as_secs().max(1)
+    )];
+    if let Some(t) = p.config.summary_threshold {
+        cooperation.push(format!("summary_threshold = {t}"));
+    }
+    if let Some(b) = p.config.bits_per_entry {
+        cooperation.push(format!("summary_bits_per_entry = {b}"));
+    }
+    if let Some(a) = p.config.alpha {
+        cooperation.push(format!("directory_alpha = {a}"));
+    }
+    if let Some(v) = &p.config.variant {
+        cooperation.push(format!("directory_variant = \"{v}\""));
+    }
+    if let Some(u) = &p.config.updates {
+        cooperation.push(format!("directory_updates = \"{u}\""));
+    }
+    if p.config.protocol == "carp" {
+        cooperation.push("carp_member = true".into());
+    }
+    if p.config.protocol == "multicast" {
+        // The nodes join the group on loopback, where the lab runs them. Queries sent to the
+        // group would bypass an emulated link between two nodes (and arrive from an address
+        // the receiver knows only by the relay's), so such runs unicast to each member.
+        let mode = match (p.config.multicast_mode.as_deref(), node_links) {
+            (Some("ip"), true) => bail!(
+                "config {:?}: multicast_mode = \"ip\" with links between nodes: the group would bypass them",
+                p.config.name
+            ),
+            (_, true) => "logical",
+            (Some(m), false) => m,
+            (None, false) => "auto",
+        };
+        cooperation.push(format!("multicast_mode = \"{mode}\""));
+    }
+    Ok(cooperation)
+}
+
+/// Pre-warm: a request per node and origin host, repeated until every node answers them
+/// all (ICP peers hear of each other; a Squid that has not yet seen its parents alive answers
+/// 502 for a moment after it starts), for 20 s at most.
+async fn prewarm(
+    exp: &Experiment,
+    w: &Workload,
+    jobs: &[crate::replay::NodeJob],
+) -> anyhow::Result<()> {
+    let warm_deadline = Instant::now() + Duration::from_secs(20);
+    for attempt in 0u32.. {
+        let warm: Vec<_> = jobs
+            .iter()
+            .map(|j| crate::replay::NodeJob {
+                target: j.target,
+                local: j.local.clone(),
+                parents: j.parents.clone(),
+                streams: vec![w
+                    .origins
+                    .keys()
+                    .map(|host| Request {
+                        time_ms: 0,
+                        client: 0,
+                        size: 16,
+                        url: format!(
+                            "http://{host}:{}/lab-prewarm/{}/{attempt}?size=16",
+                            exp.origin_port, j.local
+                        ),
+                    })
+                    .collect()],
+            })
+            .collect();
+        let outcomes = crate::replay::replay(&warm, exp, None).await;
+        let failed: u64 = outcomes.iter().map(|o| o.errors).sum();
+        if failed == 0 {
+            break;
+        }
+        if Instant::now() > warm_deadline {
+            bail!("the nodes still fail requests after 20 s ({failed} of the last warm-up round)");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// The emulated clients' work per node that takes clients: client c goes to the
+/// (c mod k)-th of them, through its target (the node, or the relay of a link in front of it).
+fn client_jobs(
+    topo: &Topology,
+    client_nodes: &[usize],
+    w: &Workload,
+    client_targets: &[SocketAddr],
+) -> Vec<crate::replay::NodeJob> {
+    let n = topo.nodes.len();
+    let mut streams: Vec<BTreeMap<u32, Vec<Request>>> = vec![BTreeMap::new(); n];
+    for r in &w.requests {
+        let node = client_nodes[r.client as usize % client_nodes.len()];
+        streams[node].entry(r.client).or_default().push(r.clone());
+    }
+    client_nodes
+        .iter()
+        .map(|&i| crate::replay::NodeJob {
+            target: client_targets[i],
+            local: topo.nodes[i].name.clone(),
+            parents: topo.parents_of(i),
+            streams: std::mem::take(&mut streams[i]).into_values().collect(),
+        })
+        .collect()
+}
+
+/// Serial replay: every request in trace order, with the job (node) it belongs to; nothing
+/// when the clients run at once.
+fn serial_order(exp: &Experiment, client_nodes: &[usize], w: &Workload) -> Vec<(usize, Request)> {
+    if !exp.clients.serial {
+        return Vec::new();
+    }
+    let job_of: BTreeMap<usize, usize> = client_nodes
+        .iter()
+        .enumerate()
+        .map(|(j, &i)| (i, j))
+        .collect();
+    w.requests
+        .iter()
+        .map(|r| {
+            let node = client_nodes[r.client as usize % client_nodes.len()];
+            (job_of[&node], r.clone())
+        })
+        .collect()
 }
 
 /// How long a listener's address may stay taken by the run before.
