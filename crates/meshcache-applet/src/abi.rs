@@ -65,6 +65,7 @@ impl Outcome {
     }
 
     /// The code an applet returns for this outcome.
+    #[cfg(test)]
     pub fn code(self) -> i32 {
         match self {
             Self::Cached => 0,
@@ -106,27 +107,6 @@ impl Input {
         })
     }
 }
-
-/// Import names, in the order of the table above; the linker defines exactly these.
-pub const IMPORTS: &[&str] = &[
-    "input",
-    "request_header",
-    "now_ms",
-    "item_open",
-    "item_len",
-    "item_read",
-    "item_header",
-    "item_find",
-    "set_status",
-    "add_header",
-    "write",
-    "write_item",
-    "kv_get",
-    "kv_put",
-    "kv_delete",
-    "log",
-    "ed25519_verify",
-];
 
 #[cfg(test)]
 mod tests {

@@ -474,7 +474,7 @@ fn item(state: &RunState, handle: i32) -> Option<&Item> {
     }
 }
 
-/// Defines every import of [`abi::IMPORTS`] in `linker`.
+/// Defines every import of the interface ([`abi`]'s table) in `linker`.
 pub(crate) fn define(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
     let m = abi::MODULE;
     linker.func_wrap(

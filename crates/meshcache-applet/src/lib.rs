@@ -21,15 +21,15 @@
 //! The proxy (`meshcache-proxy`) fetches modules, calls [`Runtime::run`] on hits and delivers
 //! the log spool; this crate does no network I/O.
 
-pub mod abi;
+mod abi;
 pub mod config;
 pub mod header;
-pub mod hit;
+mod hit;
 mod host;
 mod rewind;
-pub mod runtime;
+mod runtime;
 mod shard;
-pub mod state;
+mod state;
 mod ticker;
 
 pub use config::{AppletConfig, Binding};

@@ -31,7 +31,7 @@
 
 pub mod carp;
 pub mod directory;
-pub mod hier;
+mod hier;
 pub mod icp;
 pub mod multicast;
 pub mod peer;

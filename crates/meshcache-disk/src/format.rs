@@ -256,6 +256,7 @@ impl Header {
 }
 
 /// A whole record's bytes for `header`, `meta` and `body`, as the slab stores them.
+#[cfg(test)]
 pub fn encode_record(header: &Header, meta: &[u8], body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + meta.len() + body.len());
     out.extend_from_slice(&header.encode());

@@ -38,18 +38,18 @@
 //! * `check.rs` — [`check`]: the offline check (and repair) of a directory.
 
 pub mod check;
-pub mod disk;
-pub mod entry;
-pub mod fault;
-pub mod format;
-pub mod index;
-pub mod layout;
+mod disk;
+mod entry;
+mod fault;
+mod format;
+mod index;
+mod layout;
 mod progress;
 mod queue;
-pub mod read;
+mod read;
 pub(crate) mod rebuild;
-pub mod space;
-pub mod stream;
+mod space;
+mod stream;
 pub(crate) mod writer;
 
 pub use check::{check, CheckReport};

@@ -120,18 +120,18 @@ pub mod client;
 pub mod experiment;
 pub mod folders;
 pub mod link;
-pub mod measure;
-pub mod node;
+mod measure;
+mod node;
 pub mod origin;
 pub mod pin;
 pub mod preflight;
-pub mod replay;
+mod replay;
 pub mod report;
 pub mod results;
 pub mod run;
-pub mod squid_user;
-pub mod tcpcount;
-pub mod topology;
+mod squid_user;
+mod tcpcount;
+mod topology;
 
 pub use link::{Link, LinkConfig};
 pub use origin::{

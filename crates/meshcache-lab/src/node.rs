@@ -46,8 +46,6 @@ pub fn speaks_icp(protocol: &str) -> bool {
 /// How one node of a run is set up.
 #[derive(Clone, Debug)]
 pub struct NodePlan {
-    /// Index in the topology.
-    pub index: usize,
     /// Its name (the topology's).
     pub name: String,
     /// Its software.
@@ -596,7 +594,6 @@ mod tests {
     fn plan(product: Product, icp: bool) -> NodePlan {
         let protocol = if icp { "icp" } else { "none" };
         NodePlan {
-            index: 0,
             name: "c0".into(),
             product,
             ip: node_ip(0),

@@ -677,7 +677,6 @@ fn node_plans(
             })
             .collect();
         let plan = NodePlan {
-            index: i,
             name: tn.name.clone(),
             product: p.product,
             ip: node::node_ip(i),

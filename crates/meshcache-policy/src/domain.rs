@@ -20,16 +20,6 @@ pub struct DomainSet {
 }
 
 impl DomainSet {
-    /// How many names and suffixes the set holds.
-    pub fn len(&self) -> usize {
-        self.exact.len() + self.suffix.len()
-    }
-
-    /// Whether the set is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The exact names and the suffixes (without their dot), for [`crate::domain_index`].
     pub(crate) fn into_names(
         self,

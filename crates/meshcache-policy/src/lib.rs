@@ -22,19 +22,19 @@
 //! that fail on a known fact never ask for an unknown one, so a request the first rules settle
 //! never costs a DNS lookup or a helper call.
 
-pub mod config;
-pub mod domain;
+mod config;
+mod domain;
 mod domain_index;
 mod error;
-pub mod ipset;
+mod ipset;
 mod items;
-pub mod list;
-pub mod names;
-pub mod port;
-pub mod rule;
-pub mod rules;
+mod list;
+mod names;
+mod port;
+mod rule;
+mod rules;
 pub mod time;
-pub mod url;
+mod url;
 
 pub use config::{Action, RuleConfig};
 pub use error::RuleError;

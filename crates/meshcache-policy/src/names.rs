@@ -102,11 +102,6 @@ pub struct NameSet<K> {
 }
 
 impl<K: NameKind> NameSet<K> {
-    /// Whether the set has the wildcard `*`.
-    pub fn any(&self) -> bool {
-        self.any
-    }
-
     /// The names, for group lookups (each is asked of the group helper in turn).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.names.iter().map(|n| &**n)

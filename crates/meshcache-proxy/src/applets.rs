@@ -152,11 +152,6 @@ impl Active {
         })))
     }
 
-    /// The runtime (its counters, log spool, config).
-    pub fn runtime(&self) -> &Runtime {
-        &self.runtime
-    }
-
     /// Hands a run's instance to [`run_replenish`], which releases it and makes the applet's
     /// next one once this task has answered. While that task does not run, or when too many
     /// runs wait for it, the instance is released here and now.

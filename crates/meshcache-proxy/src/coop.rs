@@ -106,8 +106,6 @@ pub struct Forwarded {
     pub timed_out: bool,
     /// Do not store what came back (a `proxy_only` peer served it).
     pub proxy_only: bool,
-    /// The peer's name, when a peer served it.
-    pub peer: Option<String>,
 }
 
 impl Coop {
@@ -617,7 +615,6 @@ pub(crate) async fn forward(
                             hier: HierCode::Direct,
                             timed_out: route.timed_out,
                             proxy_only: false,
-                            peer: None,
                         })
                     }
                     Err(e) => last_error = Some(e),
@@ -684,7 +681,6 @@ pub(crate) async fn forward(
                             hier: code,
                             timed_out: route.timed_out,
                             proxy_only: spec.proxy_only,
-                            peer: Some(spec.name.clone()),
                         });
                     }
                     Ok(Err(e)) => {

@@ -138,6 +138,7 @@ pub struct ConnCategory(AtomicU8);
 
 impl ConnCategory {
     /// Starts in `category`.
+    #[cfg(test)]
     pub fn new(category: Category) -> Self {
         ConnCategory(AtomicU8::new(category as u8))
     }

@@ -88,6 +88,7 @@ impl MulticastState {
     }
 
     /// How queries are sent now.
+    #[cfg(test)]
     pub fn mode(&self) -> Mode {
         self.dcm.lock().mode()
     }

@@ -28,7 +28,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::config::{DnsConfig, UpstreamConfig};
+use crate::config::UpstreamConfig;
 use crate::efficiency::{self, ConnCategory, Source, Timed};
 use crate::error::UpstreamError;
 use crate::idle::{IdleStream, Quiet};
@@ -200,15 +200,6 @@ impl Lease {
 }
 
 impl Upstream {
-    /// A pool with the given settings.
-    pub fn new(config: UpstreamConfig, metrics: Arc<Metrics>) -> Self {
-        Self::with_resolver(
-            config,
-            Arc::new(Resolver::new(&DnsConfig::default())),
-            metrics,
-        )
-    }
-
     /// A pool that finds addresses with `resolver`.
     pub(crate) fn with_resolver(
         config: UpstreamConfig,
@@ -238,11 +229,6 @@ impl Upstream {
             list.retain(|c| c.since.elapsed() < max && !c.conn.sender.is_closed());
             !list.is_empty()
         });
-    }
-
-    /// Idle connections held, over all hosts.
-    pub fn idle_connections(&self) -> usize {
-        self.inner.idle.lock().values().map(Vec::len).sum()
     }
 
     /// Takes the newest idle connection to `key` that is still open and young enough. One

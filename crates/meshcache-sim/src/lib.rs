@@ -5,7 +5,7 @@
 //! machines, `meshcache-store`'s replacement policies, `meshcache-summary`'s filters) on a
 //! virtual clock, with thousands of virtual caches. No tokio, no sockets: time is a number.
 
-pub mod engine;
+mod engine;
 mod fanout;
 pub mod mesh;
 pub mod model;

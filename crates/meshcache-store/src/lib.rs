@@ -102,13 +102,13 @@
 //! array (`chunked.rs`). The weights the store accounts
 //! ([`MemoryStore::bytes`]) cover values only.
 
-pub mod catalog;
+mod catalog;
 mod chunked;
-pub mod error;
-pub mod event;
-pub mod key;
-pub mod memory;
-pub mod policy;
+mod error;
+mod event;
+mod key;
+mod memory;
+mod policy;
 
 pub use catalog::{Catalog, Record};
 pub use error::{AdmitError, ParseReplacementError};

@@ -16,8 +16,8 @@
 //! Keys are the 16-byte store keys (`MD5(method ‖ URL)`, Squid's) the store
 //! already computes. Pure data structures: no I/O, no clock.
 
-pub mod bloom;
-pub mod counting;
+mod bloom;
+mod counting;
 pub mod digest;
 pub mod hashing;
 

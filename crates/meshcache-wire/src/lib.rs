@@ -38,7 +38,7 @@
 
 pub mod carp;
 pub mod directory;
-pub mod error;
+mod error;
 pub mod icp;
 pub mod multicast;
 pub mod summary;
