@@ -9,8 +9,8 @@
 # protocol `meshcache sim run` under GNU time: the whole command's wall time, its maximum
 # resident set size, and the simulator's own requests per second (its event loop). ICP runs with
 # the aggregate model (`icp-aggregate`) unless `icp` is named, multicast likewise
-# (`multicast-aggregate`, only the holders get the group's query as an event; `multicast` for
-# a copy per member). Prints a Markdown table and writes
+# (`multicast-aggregate`, only the holder whose HIT comes first gets the group's query as an
+# event; `multicast` for a copy per member). Prints a Markdown table and writes
 # it to OUT/results.md. The default matrix takes about 5 minutes; `icp` (a datagram per event) and
 # `multicast` at 1,000 caches add about 8 and 2 minutes.
 set -euo pipefail

@@ -638,7 +638,7 @@ async fn serve_hit(
 /// Sends the response an applet built for a hit.
 fn serve_built(
     shared: &Shared,
-    mut txn: Transaction,
+    txn: Transaction,
     req: &request::Parts,
     built: Built,
     code: ResultCode,
@@ -657,19 +657,12 @@ fn serve_built(
     if let Some(v) = &shared.applet_built_status {
         headers.insert(CACHE_STATUS.clone(), v.clone());
     }
-    txn.result = code;
-    txn.status = built.status.as_u16();
-    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
-    txn.head_bytes = head_size(&headers);
     let body = if bodiless {
         ProxyBody::empty()
     } else {
         ProxyBody::parts(built.parts)
     };
-    let mut resp = Response::new(body.with_transaction(txn));
-    *resp.status_mut() = built.status;
-    *resp.headers_mut() = headers;
-    resp
+    made_response(txn, code, built.status, headers, body)
 }
 
 /// Sends a stored object: 304 for a matching conditional, 206/416 for a range, else 200.
@@ -1408,7 +1401,7 @@ fn upstream_failed(shared: &Shared, mut txn: Transaction, e: UpstreamError) -> R
 /// Our own digest or summary (Squid's internal URL), served from memory.
 fn internal(
     shared: &Shared,
-    mut txn: Transaction,
+    txn: Transaction,
     which: crate::summary::Internal,
     request: &HeaderMap,
     head: bool,
@@ -1416,18 +1409,13 @@ fn internal(
     let (status, mut headers, body) = crate::summary::serve(shared, which, request);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
     add_via(shared, &mut headers);
-    txn.result = if status == StatusCode::OK {
+    let code = if status == StatusCode::OK {
         ResultCode::TcpMemHit
     } else {
         ResultCode::TcpMiss
     };
-    txn.status = status.as_u16();
-    txn.content_type = headers.get(header::CONTENT_TYPE).cloned();
-    txn.head_bytes = head_size(&headers);
     let body = if head { Bytes::new() } else { body };
-    let mut resp = Response::new(ProxyBody::full(body).with_transaction(txn));
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
+    let mut resp = made_response(txn, code, status, headers, ProxyBody::full(body));
     if status == StatusCode::OK && which == crate::summary::Internal::Digest {
         // Squid's reason phrase for a digest.
         resp.extensions_mut()

@@ -175,8 +175,9 @@ pub enum IcpModel {
     /// One event per datagram, each handled by the nodes' `IcpMesh` as the proxy handles it.
     #[default]
     Datagrams,
-    /// A search's datagrams worked out together when it starts, and only the holders' copies
-    /// of a multicast group query delivered as events ([`crate::fanout`]).
+    /// A search's datagrams worked out together when it starts, and of a multicast group
+    /// query only the copy to the first holder to answer delivered as an event
+    /// ([`crate::fanout`]).
     Aggregate,
 }
 
@@ -189,8 +190,8 @@ pub struct ProtocolSpec {
     /// ICP: `datagrams` (every query and reply an event, through the node's `IcpMesh`) or
     /// `aggregate` (a search's datagrams worked out together: the same counts and routes,
     /// tens of times faster on large meshes; see docs/simulator.md for what it approximates).
-    /// Multicast's group queries follow it too: in `aggregate`, only the holders' copies are
-    /// events.
+    /// Multicast's group queries follow it too: in `aggregate`, only the copy to the holder
+    /// whose HIT comes first is an event.
     pub icp_model: IcpModel,
     /// ICP: shortest wait for replies.
     #[serde(with = "humantime_serde")]
