@@ -31,10 +31,12 @@
 
 pub mod carp;
 pub mod directory;
+pub mod engine;
 mod hier;
 pub mod icp;
 pub mod multicast;
 pub mod peer;
+pub mod protocols;
 pub mod select;
 pub mod summary;
 

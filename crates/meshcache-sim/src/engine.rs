@@ -24,8 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use meshcache_dcm::engine::{Miss, Progress, SearchProtocol, Send, Step};
 use meshcache_dcm::icp::{answer, Outcome};
-use meshcache_dcm::{Hop, PeerId, Reply, ReplyKind, Role, Route};
+use meshcache_dcm::{Hop, IcpMesh, PeerId, Reply, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
 
 use crate::mesh::{self, icp_addr, Node, NodeIx};
@@ -366,7 +367,21 @@ pub(crate) fn wire(bytes: u64, bits_per_s: u64) -> u64 {
 impl<'a> Sim<'a> {
     /// A mesh built from `spec`, ready to replay `trace`.
     pub fn new(spec: &'a SimSpec, trace: &'a Trace) -> Sim<'a> {
-        let nodes = mesh::build(spec);
+        Sim::with_protocol(spec, trace, |node, mesh| {
+            crate::proto::search_protocol(spec, node, mesh)
+        })
+    }
+
+    /// As [`Sim::new`], each node searching by what `protocol` gives it (given its index and
+    /// peer table) instead of by `spec`'s protocol: a protocol of the caller's, run as the
+    /// built-in ones are. `spec` still says which upkeep runs beside it (summaries, directory
+    /// timers).
+    pub fn with_protocol(
+        spec: &'a SimSpec,
+        trace: &'a Trace,
+        protocol: impl FnMut(NodeIx, &IcpMesh) -> Box<dyn SearchProtocol>,
+    ) -> Sim<'a> {
+        let nodes = mesh::build(spec, protocol);
         let proto = crate::proto::State::new(spec, &nodes, trace.objects.len());
         let fanout = (matches!(spec.protocol.name, Protocol::Icp | Protocol::Multicast)
             && spec.protocol.icp_model == IcpModel::Aggregate)
@@ -751,7 +766,8 @@ impl<'a> Sim<'a> {
         self.search(job, t);
     }
 
-    /// Starts the protocol's search for `job`'s object (a miss at its node).
+    /// Starts the search for `job`'s object (a miss at its node): the node's engine says what
+    /// to send and whether to wait.
     fn search(&mut self, job: u32, t: u64) {
         let (node, req) = {
             let j = self.job(job);
@@ -759,30 +775,48 @@ impl<'a> Sim<'a> {
         };
         let obj_ix = self.trace.requests[req as usize].obj;
         let obj = &self.trace.objects[obj_ix as usize];
-        let at = self.at(t);
-        let n = &mut self.nodes[node as usize];
-        if n.peer_nodes.is_empty() {
+        if self.nodes[node as usize].peer_nodes.is_empty() {
             self.follow(job, Route::direct(), t);
             return;
         }
-        if !matches!(self.spec.protocol.name, Protocol::None | Protocol::Icp) {
-            crate::proto::search(self, job, node, obj_ix, t);
-            return;
-        }
-        if self.spec.protocol.name == Protocol::None {
-            // Nobody to ask: what `begin` decides when no peer speaks ICP, without building
-            // the search.
-            let route = n.mesh.route(at, &obj.host, None, false);
-            self.follow(job, route, t);
-            return;
-        }
-        if self.fanout.is_some() {
+        if self.fanout.is_some() && self.spec.protocol.name == Protocol::Icp {
+            // The aggregate model stands in for ICP's datagrams.
             crate::fanout::search(self, job, node, obj_ix, t);
             return;
         }
-        let search = n.mesh.begin(at, &obj.url, &obj.host, true);
-        self.send_icp_queries(node, obj_ix, search.reqnum, &search.queries, t);
-        self.start_search(job, node, search.reqnum, search.outcome, t);
+        let at = self.at(t);
+        let proto = &mut self.proto;
+        let n = &mut self.nodes[node as usize];
+        let ranking = proto.carp.get(node, obj_ix, &n.engine, &obj.url);
+        let summaries = &mut proto.summary;
+        let mut candidates = || crate::proto::candidates(summaries, node, &obj.key.0);
+        // The engine's requests are all GETs: hierarchical, so siblings may be asked.
+        let mut miss = Miss::new(&obj.url, &obj.key.0, &obj.host, true);
+        miss.candidates = Some(&mut candidates);
+        miss.ranking = ranking;
+        let step = n.engine.begin(at, miss);
+        self.take_step(job, node, obj_ix, step, t);
+    }
+
+    /// Sends what a step of `job`'s search (for `obj`, at `node`) sends, then follows its route
+    /// or waits for it.
+    fn take_step(&mut self, job: u32, node: NodeIx, obj: u32, step: Step, t: u64) {
+        let mut directory = Vec::new();
+        for send in step.sends {
+            match send {
+                Send::Query { reqnum, peer, addr } => {
+                    self.send_icp_queries(node, obj, reqnum, &[(peer, addr)], t);
+                }
+                Send::Multicast { reqnum, to } => {
+                    crate::proto::send_multicast(self, node, obj, reqnum, to, t);
+                }
+                Send::Directory(out) => directory.push(out),
+            }
+        }
+        if !directory.is_empty() {
+            crate::proto::send_directory(self, node, obj, directory, t);
+        }
+        self.start_search(job, node, step.reqnum, step.outcome, t);
     }
 
     /// Sends ICP queries for `obj` (search `reqnum`) from `node` to `peers` (as a search
@@ -832,19 +866,21 @@ impl<'a> Sim<'a> {
 
     /// Search `reqnum` at `node` is decided: its job follows `route`.
     pub(crate) fn decided(&mut self, node: NodeIx, reqnum: u32, route: Route, t: u64) {
+        self.progress(node, reqnum, Progress::Decided(route), t);
+    }
+
+    /// Search `reqnum` at `node` moved on: its job follows the route, or takes the next step.
+    fn progress(&mut self, node: NodeIx, reqnum: u32, progress: Progress, t: u64) {
         let Some(job) = self.nodes[node as usize].searches.remove(&reqnum) else {
             return;
         };
-        let route = if self.spec.protocol.name == Protocol::Summary {
-            // A step of Summary Cache's walk: it may ask the next candidate instead.
-            match crate::proto::summary::step_decided(self, job, node, reqnum, route, t) {
-                Some(route) => route,
-                None => return,
+        match progress {
+            Progress::Decided(route) => self.follow(job, route, t),
+            Progress::Next(step) => {
+                let obj = self.trace.requests[self.job(job).req as usize].obj;
+                self.take_step(job, node, obj, step, t);
             }
-        } else {
-            route
-        };
-        self.follow(job, route, t);
+        }
     }
 
     pub(crate) fn send_datagram(
@@ -901,31 +937,26 @@ impl<'a> Sim<'a> {
                 let o = &self.trace.objects[obj as usize];
                 let n = &mut self.nodes[to as usize];
                 // A parent answers its children (the proxy's `icp_allow`).
-                let asker = n.mesh.on_query(icp_addr(from), n.is_parent);
+                let asker = n.engine.mesh_mut().on_query(icp_addr(from), n.is_parent);
                 let holding = n.holding(&o.key);
                 let kind = answer(asker, holding);
                 self.send_icp_reply(to, from, obj, reqnum, kind, t);
             }
             Payload::IcpReply { obj, reqnum, kind } => {
-                if !matches!(self.spec.protocol.name, Protocol::None | Protocol::Icp) {
-                    crate::proto::on_icp_reply(self, to, from, obj, reqnum, kind, t);
-                    return;
-                }
+                crate::proto::on_icp_reply(self, to, from, kind);
                 let at = self.at(self.now);
                 let url = &self.trace.objects[obj as usize].url;
-                let n = &mut self.nodes[to as usize];
-                let decided = n.mesh.on_reply(
-                    at,
-                    icp_addr(from),
-                    Reply {
-                        kind,
-                        reqnum,
-                        url,
-                        src_rtt_ms: None,
-                    },
-                );
-                if let Some((reqnum, route)) = decided {
-                    self.decided(to, reqnum, route, t);
+                let reply = Reply {
+                    kind,
+                    reqnum,
+                    url,
+                    src_rtt_ms: None,
+                };
+                let moved = self.nodes[to as usize]
+                    .engine
+                    .on_reply(at, icp_addr(from), reply);
+                if let Some((reqnum, progress)) = moved {
+                    self.progress(to, reqnum, progress, t);
                 }
             }
             Payload::Proto(msg) => crate::proto::on_message(self, to, from, msg, t),
@@ -999,13 +1030,11 @@ impl<'a> Sim<'a> {
         if !self.nodes[node as usize].searches.contains_key(&reqnum) {
             return;
         }
-        let route = match self.spec.protocol.name {
-            Protocol::None | Protocol::Icp | Protocol::Summary => {
-                self.nodes[node as usize].mesh.on_deadline(at, reqnum)
-            }
-            _ => crate::proto::on_deadline(self, node, reqnum),
-        };
-        self.decided(node, reqnum, route.unwrap_or_else(Route::direct), self.now);
+        let progress = self.nodes[node as usize]
+            .engine
+            .on_deadline(at, reqnum)
+            .unwrap_or_else(|| Progress::Decided(Route::direct()));
+        self.progress(node, reqnum, progress, self.now);
     }
 
     /// `job` tries the hops of `route` in order, from `t`.
@@ -1032,8 +1061,8 @@ impl<'a> Sim<'a> {
         match hop {
             Hop::Peer { peer, .. } => {
                 let n = &mut self.nodes[node as usize];
-                n.mesh.fetch_started(peer);
-                let role = n.mesh.peers()[peer.0].spec.role;
+                n.engine.mesh_mut().fetch_started(peer);
+                let role = n.engine.mesh().peers()[peer.0].spec.role;
                 let to = n.peer_nodes[peer.0];
                 let child = self.new_job(Job {
                     node: to,
@@ -1080,8 +1109,8 @@ impl<'a> Sim<'a> {
         let mut proxy_only = false;
         if let Some(peer) = current {
             let n = &mut self.nodes[node as usize];
-            n.mesh.fetch_ok(peer);
-            proxy_only = n.mesh.peers()[peer.0].spec.proxy_only;
+            n.engine.mesh_mut().fetch_ok(peer);
+            proxy_only = n.engine.mesh().peers()[peer.0].spec.proxy_only;
         }
         if served == Served::Refused {
             if let Some(peer) = current {

@@ -301,10 +301,10 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     let at = sim.at(t);
     let caches = sim.spec.mesh.caches;
     let n = &sim.nodes[node as usize];
-    let peers = n.mesh.peers();
+    let peers = n.engine.mesh().peers();
     // The host matters only to parents (their domains): the object's record is not read
     // for a mesh of siblings.
-    let host: &str = if n.mesh.parents().is_empty() {
+    let host: &str = if n.engine.mesh().parents().is_empty() {
         ""
     } else {
         &trace.objects[obj as usize].host
@@ -316,7 +316,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         0
     };
     let parents: SmallVec<[Target; 4]> =
-        meshcache_dcm::select::eligible_among(peers, n.mesh.parents(), host, at)
+        meshcache_dcm::select::eligible_among(peers, n.engine.mesh().parents(), host, at)
             .into_iter()
             .filter(|id| peers[id.0].spec.queried())
             .enumerate()
@@ -329,7 +329,8 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     if siblings == 0 && parents.len() < 2 {
         // Nothing to ask whose answer could change the route.
         let route = sim.nodes[node as usize]
-            .mesh
+            .engine
+            .mesh_mut()
             .route_after(at, host, None, None, false);
         sim.follow(job, route, t);
         return;
@@ -433,7 +434,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
         let when = replied(sim, p.index, p.node);
         all_in = all_in.max(when);
         let weight = u64::from(
-            sim.nodes[node as usize].mesh.peers()[p.peer.0]
+            sim.nodes[node as usize].engine.mesh().peers()[p.peer.0]
                 .spec
                 .weight
                 .max(1),
@@ -498,7 +499,8 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     };
     let at = sim.at(when);
     let route = sim.nodes[node as usize]
-        .mesh
+        .engine
+        .mesh_mut()
         .route_after(at, host, hit, best, timed_out);
     if when <= t {
         sim.follow(job, route, t);

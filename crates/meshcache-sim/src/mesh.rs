@@ -9,7 +9,8 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 
-use meshcache_dcm::{CarpRouter, IcpConfig, IcpMesh, PeerSpec, Role};
+use meshcache_dcm::engine::{Engine, SearchProtocol};
+use meshcache_dcm::{IcpConfig, IcpMesh, PeerSpec, Role};
 use meshcache_store::{MemoryStore, StoreConfig, Weigh};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
@@ -125,13 +126,11 @@ pub struct Node {
     pub is_parent: bool,
     /// The store, with the configured size and policy.
     pub store: Store,
-    /// The peer table and ICP searches (every protocol keeps its peer table here, as the
-    /// proxy does).
-    pub mesh: IcpMesh,
+    /// The cooperation engine: the peer table and the protocol's search, as the proxy runs
+    /// them.
+    pub engine: Engine,
     /// The node behind each peer of the table.
     pub peer_nodes: Vec<NodeIx>,
-    /// CARP protocol: the router.
-    pub carp: Option<CarpRouter>,
     /// Searches in flight: request number → job.
     pub searches: FxHashMap<u32, u32>,
     /// Collapsed forwarding: object → the jobs waiting for its fetch (the first is the leader).
@@ -155,8 +154,12 @@ impl Node {
     }
 }
 
-/// Builds every node of the mesh `spec` describes.
-pub fn build(spec: &SimSpec) -> Vec<Node> {
+/// Builds every node of the mesh `spec` describes; `protocol` gives each node's search, given
+/// its index and peer table.
+pub fn build(
+    spec: &SimSpec,
+    mut protocol: impl FnMut(NodeIx, &IcpMesh) -> Box<dyn SearchProtocol>,
+) -> Vec<Node> {
     let m = &spec.mesh;
     let p = &spec.protocol;
     let total = m.caches + m.parents;
@@ -175,7 +178,7 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
         query_lone_parent: false,
     };
     // A CARP mesh of equals: no parents, the leaves list each other as parents.
-    let carp_equals = p.name == Protocol::Carp && m.parents == 0;
+    let carp_equals = carp_among_equals(spec);
     (0..total)
         .map(|node| {
             let is_parent = node >= m.caches;
@@ -203,13 +206,8 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
                     peer_nodes.push(other);
                 }
             }
-            let carp = (p.name == Protocol::Carp && !is_parent).then(|| {
-                if carp_equals {
-                    CarpRouter::with_self(&specs, &name(node, m.caches), 1)
-                } else {
-                    CarpRouter::new(&specs)
-                }
-            });
+            let mesh = IcpMesh::new(specs, icp_config.clone());
+            let search = protocol(node, &mesh);
             let size = if is_parent {
                 m.parent_size
             } else {
@@ -225,9 +223,8 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
                     },
                     FxBuildHasher,
                 ),
-                mesh: IcpMesh::new(specs, icp_config.clone()),
+                engine: Engine::new(mesh, search),
                 peer_nodes,
-                carp,
                 searches: FxHashMap::default(),
                 fetching: FxHashMap::default(),
                 cpu_free: 0,
@@ -236,6 +233,11 @@ pub fn build(spec: &SimSpec) -> Vec<Node> {
             }
         })
         .collect()
+}
+
+/// Whether `spec` is a CARP mesh of equals: no parents, every leaf a member of one array.
+pub fn carp_among_equals(spec: &SimSpec) -> bool {
+    spec.protocol.name == Protocol::Carp && spec.mesh.parents == 0
 }
 
 fn peer_spec(node: NodeIx, caches: u32, role: Role, speaks_icp: bool) -> PeerSpec {
@@ -294,10 +296,16 @@ mod tests {
         let mut spec = SimSpec::default();
         spec.mesh.caches = 3;
         spec.mesh.parents = 2;
-        let nodes = build(&spec);
+        let nodes = build(&spec, |_, _| Box::new(meshcache_dcm::engine::NoSearch));
         assert_eq!(nodes.len(), 5);
         assert_eq!(nodes[1].peer_nodes, vec![0, 2, 3, 4]);
-        let roles: Vec<Role> = nodes[1].mesh.peers().iter().map(|p| p.spec.role).collect();
+        let roles: Vec<Role> = nodes[1]
+            .engine
+            .mesh()
+            .peers()
+            .iter()
+            .map(|p| p.spec.role)
+            .collect();
         assert_eq!(
             roles,
             [Role::Sibling, Role::Sibling, Role::Parent, Role::Parent]

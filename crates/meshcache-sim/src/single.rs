@@ -29,7 +29,7 @@ pub fn applies(spec: &SimSpec) -> bool {
 /// Replays `trace` through the one cache of `spec` (see [`applies`]).
 pub fn run(spec: &SimSpec, trace: &Trace, control: Control<'_>) -> Results {
     let wall = Instant::now();
-    let mut nodes: Vec<Node> = mesh::build(spec);
+    let mut nodes: Vec<Node> = mesh::build(spec, |_, _| Box::new(meshcache_dcm::engine::NoSearch));
     let node = &mut nodes[0];
     let net = &spec.net;
     let hdr = net.http_header_bytes;

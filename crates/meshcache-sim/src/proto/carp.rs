@@ -1,5 +1,5 @@
-//! CARP: no search, a route per miss from the URL's hash ranking (`meshcache_dcm::carp`), as
-//! the proxy's `coop.rs` routes it.
+//! CARP: no search, a route per miss from the URL's hash ranking (`meshcache_dcm::carp`, run by
+//! each node's engine as `CarpSearch`); here, the rankings the nodes share.
 //!
 //! Scoring a URL costs O(members × URL length) — Squid rehashes the URL once per member — and
 //! the ranking depends only on the CARP array, which every node of a simulated mesh shares (a
@@ -7,10 +7,29 @@
 //! ranks each object once, and every node routes from that ranking: 1,000 members would
 //! otherwise score a thousand members twice per miss (the requester, then the winner).
 
-use meshcache_dcm::{CarpRouter, Outcome, Route};
+use meshcache_dcm::engine::Engine;
+use meshcache_dcm::protocols::CarpSearch;
+use meshcache_dcm::{CarpRouter, IcpMesh};
 
-use crate::engine::Sim;
-use crate::mesh::{Node, NodeIx};
+use crate::mesh::{self, Node, NodeIx};
+use crate::spec::SimSpec;
+
+/// Leaf `node`'s CARP routing over its peer table: the parents, or with no parents the other
+/// leaves and itself (a mesh of equals, where what a leaf wins is its own to fetch).
+pub(crate) fn search(spec: &SimSpec, node: NodeIx, mesh: &IcpMesh) -> CarpSearch {
+    let specs = mesh.peers().iter().map(|p| &p.spec);
+    if mesh::carp_among_equals(spec) {
+        let me = mesh::name(node, spec.mesh.caches);
+        CarpSearch::new(CarpRouter::with_self(specs, &me, 1), true)
+    } else {
+        CarpSearch::new(CarpRouter::new(specs), false)
+    }
+}
+
+/// A node's CARP router, when it routes by CARP.
+fn router(engine: &Engine) -> Option<&CarpRouter> {
+    engine.protocol::<CarpSearch>().map(CarpSearch::router)
+}
 
 /// Each object's ranking, per distinct CARP array, computed on first use.
 pub(crate) struct Rankings {
@@ -28,7 +47,7 @@ impl Rankings {
         let array_of = nodes
             .iter()
             .map(|n| {
-                let router = n.carp.as_ref()?;
+                let router = router(&n.engine)?;
                 let i = match arrays.iter().position(|a| a.array() == router.array()) {
                     Some(i) => i,
                     None => {
@@ -45,31 +64,19 @@ impl Rankings {
         }
     }
 
-    /// `obj`'s ranking on `node`'s array, ranked by `router` (that node's) the first time.
-    fn get(&mut self, node: NodeIx, obj: u32, router: &CarpRouter, url: &str) -> &[usize] {
-        let array = self.array_of[node as usize].expect("a CARP node has a router") as usize;
-        self.by_array[array][obj as usize].get_or_insert_with(|| router.ranking(url).into())
+    /// `obj`'s ranking on `node`'s array, ranked by that node's router the first time; `None`
+    /// when the node does not route by CARP.
+    pub(crate) fn get<'s>(
+        &'s mut self,
+        node: NodeIx,
+        obj: u32,
+        engine: &Engine,
+        url: &str,
+    ) -> Option<&'s [usize]> {
+        let array = self.array_of.get(node as usize).copied().flatten()? as usize;
+        let router = router(engine)?;
+        let ranking =
+            self.by_array[array][obj as usize].get_or_insert_with(|| router.ranking(url).into());
+        Some(ranking)
     }
-}
-
-/// The route of a miss of `obj` by `job` at `node`: the URL's parents best first, then the
-/// origin; when no parent may take it and the mesh has a hierarchy, what the ICP-less
-/// selection picks among the parents.
-pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj_ix: u32, t: u64) {
-    let obj = &sim.trace.objects[obj_ix as usize];
-    let at = sim.at(t);
-    let n = &mut sim.nodes[node as usize];
-    let Some(router) = &n.carp else {
-        unreachable!("CARP searches start only at nodes with a router")
-    };
-    let ranking = sim.proto.carp.get(node, obj_ix, router, &obj.url);
-    let peers = n.mesh.peers();
-    let mut route: Route =
-        router.route_ranked(&obj.url, ranking, &obj.host, |id| peers[id.0].http_up(at));
-    if route.hops.len() == 1 && sim.spec.mesh.parents > 0 {
-        if let Outcome::Decided(r) = n.mesh.begin(at, &obj.url, &obj.host, false).outcome {
-            route = r;
-        }
-    }
-    sim.follow(job, route, t);
 }

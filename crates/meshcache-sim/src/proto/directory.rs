@@ -3,14 +3,15 @@
 //!
 //! | proxy (`meshcache-proxy`) | here |
 //! |---|---|
-//! | `DirectoryState::new`: the members are the siblings with an IPv4 ICP address; the entry budget is `directory_memory / ENTRY_BYTES`; the seed comes from the ICP address | [`new_state`] |
-//! | `Coop::route` → `Directory::begin`, then `directory::send_from` | [`search`] |
+//! | `DirectoryState::new`: the members are the siblings with an IPv4 ICP address; the entry budget is `directory_memory / ENTRY_BYTES`; the seed comes from the ICP address | [`directory`], [`new_state`] |
+//! | the engine's search (`Directory` as a `SearchProtocol`): `directory::send_from` | [`send`] |
 //! | `directory::on_datagram`: `DIR_GET` → `on_get`; `DIR_DATA` → `on_data`, then `Coop::decided`; `DIR_ADD` / `DIR_DEL` → `on_update`, then `heard_from_addr` | [`on_message`] |
-//! | `directory::encode`: candidate queries (a forwarded one names its requester), a forwarded query to ourselves answered from the store straight to the requester, updates cut into `encode_batches`' datagrams | `send` |
-//! | `coop::respond`: a forwarded query is answered at `forwarded_reply_to`; a reply goes to `Directory::on_reply`, else to ICP's `on_reply` | [`on_message`], [`on_icp_reply`] |
-//! | `Coop::decision` at the deadline → `Directory::on_deadline` | [`on_deadline`] |
+//! | `directory::encode`: candidate queries (a forwarded one names its requester), a forwarded query to ourselves answered from the store straight to the requester, updates cut into `encode_batches`' datagrams | [`send`] |
+//! | `coop::respond`: a forwarded query is answered at `forwarded_reply_to` | [`on_message`] |
 //! | `service::relay_response` → `Directory::fetch_done` (stored or not) | [`on_store_events`] |
 //! | `directory::run_updates`: the store's events drained 10 ms after the first of a burst (`on_admitted` / `on_removed`, `take_updates`), and the whole store announced again every `ttl / 2` | [`on_store_events`], [`on_tick`] |
+//!
+//! Replies and deadlines go to the node's engine, which gives them to its `Directory`.
 //!
 //! A 504 from a holder (a false entry) changes nothing in the directory, in the proxy as here:
 //! the entry is corrected by the holder's own `DIR_DEL`, or expires.
@@ -23,12 +24,12 @@ use std::net::{SocketAddr, SocketAddrV4};
 
 use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing};
 use meshcache_dcm::icp::answer;
-use meshcache_dcm::{PeerId, Role, Route};
+use meshcache_dcm::{IcpMesh, PeerId, Role};
 use meshcache_store::StoreEvent;
 use meshcache_wire::directory::{DEFAULT_BATCH_LEN, KEY_LEN, NODE_ADDR_LEN};
 use meshcache_wire::icp::HEADER_LEN;
 
-use super::{IcpReply, Msg};
+use super::Msg;
 use crate::engine::{ns, Ev, Sim};
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
 use crate::results::Kind;
@@ -76,9 +77,8 @@ pub(crate) enum DirMsg {
     },
 }
 
-/// A leaf's share of the directory and its upkeep.
+/// A leaf's directory upkeep (its share of the directory is its engine's `Directory`).
 pub(crate) struct DirNode {
-    dir: Directory,
     /// Store events not drained yet: key, and admitted (true) or removed.
     events: Vec<([u8; KEY_LEN], bool)>,
     /// When the drain that takes `events` is due.
@@ -131,44 +131,43 @@ pub(crate) fn config(spec: &SimSpec) -> DirectoryConfig {
     }
 }
 
-/// Every leaf's directory state (none for parents, which never search), or nothing when the
+/// Leaf `node`'s share of the directory, over its peer table: the members are its siblings
+/// with an IPv4 ICP address.
+pub(crate) fn directory(spec: &SimSpec, node: NodeIx, mesh: &IcpMesh) -> Directory {
+    let me = icp_v4(node);
+    let members = mesh
+        .peers()
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.spec.role == Role::Sibling)
+        .filter_map(|(i, p)| match p.spec.icp {
+            Some(SocketAddr::V4(icp)) => Some(Member {
+                name: p.spec.name.clone(),
+                icp,
+                peer: PeerId(i),
+            }),
+            _ => None,
+        })
+        .collect();
+    let seed = (u64::from(u32::from(*me.ip())) << 16) | u64::from(me.port());
+    let name = mesh::name(node, spec.mesh.caches);
+    Directory::new(&name, me, members, config(spec), seed)
+}
+
+/// Every leaf's directory upkeep (none for parents, which never search), or nothing when the
 /// protocol is another.
 pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node]) -> Vec<DirNode> {
     if spec.protocol.name != Protocol::Directory {
         return Vec::new();
     }
-    let dconfig = config(spec);
     let half_ttl = ns(spec.protocol.directory_ttl) / 2;
     nodes
         .iter()
-        .enumerate()
-        .take_while(|(_, n)| !n.is_parent)
-        .map(|(i, n)| {
-            let node = i as NodeIx;
-            let me = icp_v4(node);
-            let members = n
-                .mesh
-                .peers()
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.spec.role == Role::Sibling)
-                .filter_map(|(i, p)| match p.spec.icp {
-                    Some(SocketAddr::V4(icp)) => Some(Member {
-                        name: p.spec.name.clone(),
-                        icp,
-                        peer: PeerId(i),
-                    }),
-                    _ => None,
-                })
-                .collect();
-            let seed = (u64::from(u32::from(*me.ip())) << 16) | u64::from(me.port());
-            let name = mesh::name(node, spec.mesh.caches);
-            DirNode {
-                dir: Directory::new(&name, me, members, dconfig.clone(), seed),
-                events: Vec::new(),
-                drain_at: None,
-                renew_at: half_ttl,
-            }
+        .take_while(|n| !n.is_parent)
+        .map(|_| DirNode {
+            events: Vec::new(),
+            drain_at: None,
+            renew_at: half_ttl,
         })
         .collect()
 }
@@ -181,27 +180,15 @@ pub(crate) fn start(sim: &mut Sim<'_>) {
     }
 }
 
-/// The search of a miss of `obj` by `job` at `node` (`Coop::route`'s directory branch).
-pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
-    let trace = sim.trace;
-    let o = &trace.objects[obj as usize];
-    let at = sim.at(t);
-    let d = &mut sim.proto.directory[node as usize];
-    let s = d.dir.begin(
-        at,
-        &mut sim.nodes[node as usize].mesh,
-        &o.url,
-        &o.key.0,
-        &o.host,
-        true,
-    );
-    send(sim, node, Some(obj), s.sends, t);
-    sim.start_search(job, node, s.reqnum, s.outcome, t);
-}
-
 /// Sends what the directory of `node` asked for, from `t` on its CPU (`directory::encode`).
 /// `obj` is the object of the search messages among them (updates name keys).
-fn send(sim: &mut Sim<'_>, node: NodeIx, obj: Option<u32>, sends: Vec<Outgoing>, t: u64) {
+pub(crate) fn send(
+    sim: &mut Sim<'_>,
+    node: NodeIx,
+    obj: Option<u32>,
+    sends: Vec<Outgoing>,
+    t: u64,
+) {
     let me = icp_v4(node);
     for s in sends {
         match s {
@@ -272,7 +259,10 @@ fn send(sim: &mut Sim<'_>, node: NodeIx, obj: Option<u32>, sends: Vec<Outgoing>,
                 }
                 match on_behalf_of {
                     None => {
-                        let peer = sim.nodes[node as usize].mesh.peer_at(SocketAddr::V4(to));
+                        let peer = sim.nodes[node as usize]
+                            .engine
+                            .mesh()
+                            .peer_at(SocketAddr::V4(to));
                         if let Some(peer) = peer {
                             let query = [(peer, SocketAddr::V4(to))];
                             sim.send_icp_queries(node, obj, reqnum, &query, t);
@@ -322,7 +312,7 @@ fn answer_query(
 ) {
     let trace = sim.trace;
     let n = &mut sim.nodes[node as usize];
-    let asker = n.mesh.on_query(reply_to, false);
+    let asker = n.engine.mesh_mut().on_query(reply_to, false);
     let holding = n.holding(&trace.objects[obj as usize].key);
     let kind = answer(asker, holding);
     let Some(to) = node_at(reply_to) else { return };
@@ -335,7 +325,7 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
     let trace = sim.trace;
     let at = sim.at(sim.now);
     let from_addr = icp_addr(from);
-    let Some(d) = sim.proto.directory.get_mut(to as usize) else {
+    let Some((mesh, dir)) = sim.nodes[to as usize].engine.parts_mut::<Directory>() else {
         // A node without a directory drops directory datagrams, and forwarded queries.
         return;
     };
@@ -348,7 +338,7 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
             alpha,
         } => {
             let o = &trace.objects[obj as usize];
-            let sends = d.dir.on_get(
+            let sends = dir.on_get(
                 at,
                 from_addr,
                 icp_v4(from),
@@ -367,18 +357,14 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
             forwarded,
             holders,
         } => {
-            let mesh = &mut sim.nodes[to as usize].mesh;
-            let (sends, route) = d
-                .dir
-                .on_data(at, mesh, from_addr, reqnum, forwarded, &holders);
+            let (sends, route) = dir.on_data(at, mesh, from_addr, reqnum, forwarded, &holders);
             if let Some(route) = route {
                 sim.decided(to, reqnum, route, t);
             }
             send(sim, to, Some(obj), sends, t);
         }
         DirMsg::Update { add, holder, keys } => {
-            if d.dir.on_update(at, from_addr, holder, add, &keys) {
-                let mesh = &mut sim.nodes[to as usize].mesh;
+            if dir.on_update(at, from_addr, holder, add, &keys) {
                 if let Some(id) = mesh.peer_at(from_addr) {
                     mesh.heard_from(at, id);
                 }
@@ -390,37 +376,11 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
             requester,
         } => {
             // Honoured only when the sender and the requester are both members; else dropped.
-            if let Some(reply_to) = d.dir.forwarded_reply_to(from_addr, requester) {
+            if let Some(reply_to) = dir.forwarded_reply_to(from_addr, requester) {
                 answer_query(sim, to, reply_to, obj, reqnum, t);
             }
         }
     }
-}
-
-/// An ICP reply of `kind` for `obj` (search `reqnum`) reached `to` from `from`: the
-/// directory's if it is one of its searches, else ICP's (`coop::respond`).
-pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, reply: IcpReply, t: u64) {
-    super::route_icp_reply(
-        sim,
-        to,
-        from,
-        reply,
-        t,
-        |state, node, at, mesh, from, reply| {
-            state
-                .directory
-                .get_mut(node)
-                .and_then(|d| d.dir.on_reply(at, mesh, from, reply))
-        },
-    );
-}
-
-/// The deadline of search `reqnum` at `node` passed.
-pub(crate) fn on_deadline(sim: &mut Sim<'_>, node: NodeIx, reqnum: u32) -> Option<Route> {
-    let at = sim.at(sim.now);
-    let d = sim.proto.directory.get_mut(node as usize)?;
-    d.dir
-        .on_deadline(at, &mut sim.nodes[node as usize].mesh, reqnum)
 }
 
 /// `node`'s fetch of `obj` ended and its store did `events`: the fetch is done, stored or
@@ -433,14 +393,17 @@ pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, obj: u32, events:
     let Some(d) = sim.proto.directory.get_mut(node as usize) else {
         return;
     };
+    let Some((_, dir)) = sim.nodes[node as usize].engine.parts_mut::<Directory>() else {
+        return;
+    };
     let key = trace.objects[obj as usize].key;
     let stored = events.iter().any(|e| e.is_admission() && e.key() == key);
-    d.dir.fetch_done(at, key.0, stored);
+    dir.fetch_done(at, key.0, stored);
     d.events
         .extend(events.iter().map(|e| (e.key().0, e.is_admission())));
     // The proxy drains 10 ms after there is something to drain (an event, or an optimistic
     // entry `fetch_done` took back), and sleeps while there is nothing.
-    let pending = !d.events.is_empty() || d.dir.queued_updates() > 0;
+    let pending = !d.events.is_empty() || dir.queued_updates() > 0;
     if pending && d.drain_at.is_none() {
         let due = now + DRAIN_INTERVAL_NS;
         d.drain_at = Some(due);
@@ -457,6 +420,10 @@ pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
     let Some(d) = sim.proto.directory.get_mut(node as usize) else {
         return;
     };
+    let n = &mut sim.nodes[node as usize];
+    let Some((_, dir)) = n.engine.parts_mut::<Directory>() else {
+        return;
+    };
     let draining = d.drain_at == Some(now);
     let renewing = now >= d.renew_at;
     if !draining && !renewing {
@@ -466,20 +433,20 @@ pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
     d.drain_at = None;
     for (key, admitted) in d.events.drain(..) {
         if admitted {
-            d.dir.on_admitted(at, key);
+            dir.on_admitted(at, key);
         } else {
-            d.dir.on_removed(at, key);
+            dir.on_removed(at, key);
         }
     }
     if renewing {
         // Records expire after the TTL: everything still stored is announced again.
         d.renew_at += half_ttl;
-        for key in sim.nodes[node as usize].store.keys() {
-            d.dir.on_admitted(at, key.0);
+        for key in n.store.keys() {
+            dir.on_admitted(at, key.0);
         }
     }
     let renew_at = d.renew_at;
-    let sends = d.dir.take_updates();
+    let sends = dir.take_updates();
     if renewing {
         sim.schedule_timer(renew_at, node);
     }
@@ -574,11 +541,15 @@ mod tests {
         spec.protocol.name = Protocol::Directory;
         spec.mesh.caches = 3;
         spec.mesh.parents = 1;
-        let nodes = mesh::build(&spec);
+        let nodes = mesh::build(&spec, |node, mesh| {
+            super::super::search_protocol(&spec, node, mesh)
+        });
         let state = new_state(&spec, &nodes);
         assert_eq!(state.len(), 3);
-        assert_eq!(state[1].dir.members().len(), 2);
-        assert_eq!(state[1].dir.me(), icp_v4(1));
+        let dir = |n: usize| nodes[n].engine.protocol::<Directory>();
+        assert_eq!(dir(1).map(|d| d.members().len()), Some(2));
+        assert_eq!(dir(1).map(Directory::me), Some(icp_v4(1)));
+        assert!(dir(3).is_none(), "a parent has no directory");
         assert_eq!(
             config(&spec).max_entries,
             16 * 1024 * 1024 / meshcache_dcm::directory::ENTRY_BYTES,

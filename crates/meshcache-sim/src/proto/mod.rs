@@ -1,15 +1,18 @@
-//! The protocols whose search is more than ICP's: Summary Cache and Cache Digests
-//! ([`summary`]), the directory ([`directory`]), multicast ([`multicast`]) and CARP's routes
-//! ([`carp`]). Each keeps its
-//! per-node state here and is called by the engine at the same points the proxy's drivers
-//! call `meshcache-dcm` (see `meshcache-proxy`'s `coop.rs`, `summary.rs`, `directory.rs`,
-//! `multicast.rs`): the search of a miss, a datagram, a deadline, the store's events, a peer
-//! that did not have what it was asked for, and timers.
+//! The protocols' state the simulator keeps beside each node's engine, and their upkeep.
+//!
+//! Every node's search is its `meshcache_dcm::engine::Engine`, built here
+//! ([`search_protocol`]) and driven by the engine module exactly as the proxy drives its own.
+//! What is left here is what the protocols do besides searching, at the points the proxy does
+//! it: Summary Cache's and Cache Digests' exchange ([`summary`], with the peers' arrays shared
+//! between nodes, [`shared_arrays`]), the directory's messages and upkeep ([`directory`]),
+//! answering a multicast query and sending one ([`multicast`]), and CARP's rankings shared
+//! between nodes ([`carp`]).
 
-use std::net::SocketAddr;
-use std::time::Instant;
-
-use meshcache_dcm::{IcpMesh, PeerId, Reply, ReplyKind, Route};
+use meshcache_dcm::directory::Outgoing;
+use meshcache_dcm::engine::{NoSearch, SearchProtocol};
+use meshcache_dcm::multicast::Destination;
+use meshcache_dcm::protocols::{DigestSearch, IcpSearch, SummarySearch};
+use meshcache_dcm::{IcpMesh, PeerId, ReplyKind};
 use meshcache_store::StoreEvent;
 
 use crate::engine::Sim;
@@ -37,8 +40,6 @@ pub(crate) enum Msg {
 pub(crate) struct State {
     /// Directory: each leaf's share of the directory (empty for other protocols).
     pub(crate) directory: Vec<directory::DirNode>,
-    /// Multicast: each node's search (empty for other protocols).
-    pub(crate) multicast: Vec<meshcache_dcm::multicast::Multicast>,
     /// Summary Cache and Cache Digests: each node's summaries (empty for other protocols).
     pub(crate) summary: Vec<summary::NodeState>,
     /// Summary Cache and Cache Digests: the peers' arrays, one per sender and version.
@@ -53,7 +54,6 @@ impl State {
         State {
             carp: carp::Rankings::new(nodes, objects),
             directory: directory::new_state(spec, nodes),
-            multicast: multicast::new_state(spec, nodes),
             summary: match spec.protocol.name {
                 Protocol::Summary | Protocol::Digest => (0..)
                     .zip(nodes)
@@ -75,87 +75,72 @@ pub(crate) fn start(sim: &mut Sim<'_>) {
     }
 }
 
-/// The search of a miss of `obj` by `job` at `node`, for the protocols ICP's own search does
-/// not cover. Ends with [`Sim::start_search`] (or [`Sim::follow`]-equivalent decisions).
-pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
-    match sim.spec.protocol.name {
-        Protocol::Directory => directory::search(sim, job, node, obj, t),
-        Protocol::Multicast => multicast::search(sim, job, node, obj, t),
-        Protocol::Summary | Protocol::Digest => summary::search(sim, job, node, obj, t),
-        Protocol::Carp => carp::search(sim, job, node, obj, t),
-        // ICP and none search in the engine.
-        Protocol::None | Protocol::Icp => {
-            unreachable!(
-                "the engine does not hand {:?} searches over",
-                sim.spec.protocol.name
-            )
-        }
+/// Node `node`'s search, given its peer table. Parents search only with ICP (and answer
+/// multicast queries); they never need a directory or a CARP array.
+pub(crate) fn search_protocol(
+    spec: &SimSpec,
+    node: NodeIx,
+    mesh: &IcpMesh,
+) -> Box<dyn SearchProtocol> {
+    let leaf = node < spec.mesh.caches;
+    match spec.protocol.name {
+        Protocol::None => Box::new(NoSearch),
+        Protocol::Icp => Box::new(IcpSearch),
+        Protocol::Summary => Box::new(SummarySearch::default()),
+        Protocol::Digest => Box::new(DigestSearch),
+        Protocol::Multicast => Box::new(multicast::machine(spec)),
+        Protocol::Carp if leaf => Box::new(carp::search(spec, node, mesh)),
+        Protocol::Directory if leaf => Box::new(directory::directory(spec, node, mesh)),
+        Protocol::Carp | Protocol::Directory => Box::new(NoSearch),
     }
 }
 
-/// An ICP reply for a protocol that routes them itself (summary, directory, multicast).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn on_icp_reply(
+/// The peers whose summary says `node` may find `key` there (none when the protocol keeps no
+/// summaries).
+pub(crate) fn candidates(
+    summaries: &mut [summary::NodeState],
+    node: NodeIx,
+    key: &[u8; 16],
+) -> Vec<PeerId> {
+    summaries
+        .get_mut(node as usize)
+        .map(|s| s.candidates(key))
+        .unwrap_or_default()
+}
+
+/// Sends a search's directory datagrams for `obj` from `node`, from `t` on its CPU.
+pub(crate) fn send_directory(
     sim: &mut Sim<'_>,
-    to: NodeIx,
-    from: NodeIx,
+    node: NodeIx,
+    obj: u32,
+    sends: Vec<Outgoing>,
+    t: u64,
+) {
+    directory::send(sim, node, Some(obj), sends, t);
+}
+
+/// Sends a multicast query of search `reqnum` for `obj` from `node`.
+pub(crate) fn send_multicast(
+    sim: &mut Sim<'_>,
+    node: NodeIx,
     obj: u32,
     reqnum: u32,
-    kind: ReplyKind,
+    to: Destination,
     t: u64,
 ) {
-    let reply = IcpReply { obj, reqnum, kind };
-    match sim.spec.protocol.name {
-        Protocol::Directory => directory::on_icp_reply(sim, to, from, reply, t),
-        Protocol::Multicast => multicast::on_icp_reply(sim, to, from, reply, t),
-        Protocol::Summary => summary::on_icp_reply(sim, to, from, reply, t),
-        _ => {}
+    multicast::send_query(sim, node, obj, reqnum, to, t);
+}
+
+/// An ICP reply of `kind` reached `to` from `from`: with Summary Cache, which asks only the
+/// peers whose summary said "maybe", a MISS is a false hit of that summary.
+pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, kind: ReplyKind) {
+    if sim.spec.protocol.name != Protocol::Summary
+        || !matches!(kind, ReplyKind::Miss | ReplyKind::MissNoFetch)
+    {
+        return;
     }
-}
-
-/// An ICP reply as it arrived: for `obj`, echoing search `reqnum`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct IcpReply {
-    pub(crate) obj: u32,
-    pub(crate) reqnum: u32,
-    pub(crate) kind: ReplyKind,
-}
-
-/// Routes an ICP reply that reached `to` from `from`: to the protocol's own search if `mine`
-/// (given the protocols' state, the node's index, the time, its peer table, the sender's
-/// address and the reply) says it is one of its searches — `Some` of its decision, if any —
-/// else to ICP's search, as the proxy's reply handling does.
-pub(crate) fn route_icp_reply(
-    sim: &mut Sim<'_>,
-    to: NodeIx,
-    from: NodeIx,
-    reply: IcpReply,
-    t: u64,
-    mine: impl FnOnce(
-        &mut State,
-        usize,
-        Instant,
-        &mut IcpMesh,
-        SocketAddr,
-        Reply<'_>,
-    ) -> Option<Option<Route>>,
-) {
-    let trace = sim.trace;
-    let at = sim.at(sim.now);
-    let icp = Reply {
-        kind: reply.kind,
-        reqnum: reply.reqnum,
-        url: &trace.objects[reply.obj as usize].url,
-        src_rtt_ms: None,
-    };
-    let from = icp_addr(from);
-    let mesh = &mut sim.nodes[to as usize].mesh;
-    let decided = match mine(&mut sim.proto, to as usize, at, mesh, from, icp) {
-        Some(route) => route.map(|r| (reply.reqnum, r)),
-        None => mesh.on_reply(at, from, icp),
-    };
-    if let Some((reqnum, route)) = decided {
-        sim.decided(to, reqnum, route, t);
+    if let Some(peer) = sim.nodes[to as usize].engine.mesh().peer_at(icp_addr(from)) {
+        sim.proto.summary[to as usize].false_hit(peer);
     }
 }
 
@@ -165,15 +150,6 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: Msg, 
         Msg::Directory(m) => directory::on_message(sim, to, from, m, t),
         Msg::Multicast(m) => multicast::on_message(sim, to, from, m, t),
         Msg::Summary(m) => summary::on_message(sim, to, from, m, t),
-    }
-}
-
-/// The deadline of search `reqnum` at `node` passed: its route, if still undecided.
-pub(crate) fn on_deadline(sim: &mut Sim<'_>, node: NodeIx, reqnum: u32) -> Option<Route> {
-    match sim.spec.protocol.name {
-        Protocol::Directory => directory::on_deadline(sim, node, reqnum),
-        Protocol::Multicast => multicast::on_deadline(sim, node, reqnum),
-        _ => None,
     }
 }
 

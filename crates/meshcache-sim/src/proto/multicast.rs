@@ -4,11 +4,11 @@
 //!
 //! | proxy (`meshcache-proxy`) | here |
 //! |---|---|
-//! | `MulticastState::new`, then `multicast::start` settles the mode | [`new_state`]: `protocol.multicast_mode`, `ip` by default (what `auto` settles on where the network carries the group) |
-//! | `Coop::route` → `Multicast::begin`, then `multicast::send_queries` | [`search`] |
+//! | `MulticastState::new`, then `multicast::start` settles the mode | [`machine`]: `protocol.multicast_mode`, `ip` by default (what `auto` settles on where the network carries the group) |
+//! | the engine's search (`Multicast` as a `SearchProtocol`): `multicast::send_queries` | [`send_query`] |
 //! | `run_group` (by the group) and `coop::respond` (unicast) → `multicast::answer` → `Multicast::on_query`: `ICP_OP_HIT` or silence | [`on_message`] |
-//! | `coop::respond`: a reply goes to `Multicast::on_reply`, else to ICP's `on_reply` | [`on_icp_reply`] |
-//! | `Coop::decision` at the deadline → `Multicast::on_deadline` | [`on_deadline`] |
+//!
+//! Replies and deadlines go to the node's engine, which gives them to its `Multicast`.
 //!
 //! **The group.** Every node of the mesh has joined it. A query sent to the group is one
 //! datagram: one message counted, one send on the sender's CPU and interface, one crossing of
@@ -23,13 +23,13 @@
 //! Sizes are the proxy's datagrams': `meshcache_wire::multicast::query` and its ICP reply.
 
 use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
-use meshcache_dcm::{ReplyKind, Route};
+use meshcache_dcm::ReplyKind;
 
-use super::{IcpReply, Msg};
+use super::Msg;
 use crate::engine::{ns, Ev, Payload, Sim};
-use crate::mesh::{icp_addr, node_at, Node, NodeIx};
+use crate::mesh::{icp_addr, node_at, NodeIx};
 use crate::results::Kind;
-use crate::spec::{Protocol, SimSpec};
+use crate::spec::SimSpec;
 
 /// A multicast message.
 #[derive(Debug)]
@@ -49,70 +49,59 @@ pub(crate) fn reply_len(url: &str) -> u64 {
     crate::engine::icp_reply_bytes(url.len())
 }
 
-/// Every node's multicast state, or nothing when the protocol is another.
-pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node]) -> Vec<Multicast> {
-    if spec.protocol.name != Protocol::Multicast {
-        return Vec::new();
-    }
+/// A node's multicast machine: `protocol.multicast_mode`, `ip` by default.
+pub(crate) fn machine(spec: &SimSpec) -> Multicast {
     let p = &spec.protocol;
     let config = MulticastConfig {
         timeout_floor: p.multicast_timeout_floor,
         timeout_ceiling: p.icp_timeout_ceiling,
     };
-    nodes
-        .iter()
-        .map(|_| Multicast::new(config.clone(), p.multicast_mode))
-        .collect()
+    Multicast::new(config, p.multicast_mode)
 }
 
-/// The search of a miss of `obj` by `job` at `node` (`Coop::route`'s multicast branch).
-pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
+/// Sends the query of search `reqnum` for `obj` from `node` to `to` (`multicast::send_queries`):
+/// to the group, or to one member.
+pub(crate) fn send_query(
+    sim: &mut Sim<'_>,
+    node: NodeIx,
+    obj: u32,
+    reqnum: u32,
+    to: Destination,
+    t: u64,
+) {
     let trace = sim.trace;
     let o = &trace.objects[obj as usize];
-    let at = sim.at(t);
-    let s = sim.proto.multicast[node as usize].begin(
-        at,
-        &mut sim.nodes[node as usize].mesh,
-        &o.url,
-        &o.host,
-        true,
-    );
     let bytes = query_len(&o.url);
-    let reqnum = s.reqnum;
     let query = move || Msg::Multicast(McMsg::Query { obj, reqnum });
-    for q in &s.queries {
-        match *q {
-            Destination::Group if sim.fanout.is_some() => {
-                let holders = crate::fanout::group_query(sim, node, obj);
-                let none = std::iter::empty();
-                let arrives = sim.send_group(node, none, bytes, Kind::Multicast, query, t);
-                let reply = reply_len(&o.url);
-                if let Some(first) = crate::fanout::first_reply(sim, node, &holders, arrives, reply)
-                {
-                    let payload = Payload::Proto(query());
-                    sim.schedule(
-                        arrives,
-                        Ev::Datagram {
-                            to: first,
-                            from: node,
-                            payload,
-                        },
-                    );
-                }
+    match to {
+        Destination::Group if sim.fanout.is_some() => {
+            let holders = crate::fanout::group_query(sim, node, obj);
+            let none = std::iter::empty();
+            let arrives = sim.send_group(node, none, bytes, Kind::Multicast, query, t);
+            let reply = reply_len(&o.url);
+            if let Some(first) = crate::fanout::first_reply(sim, node, &holders, arrives, reply) {
+                let payload = Payload::Proto(query());
+                sim.schedule(
+                    arrives,
+                    Ev::Datagram {
+                        to: first,
+                        from: node,
+                        payload,
+                    },
+                );
             }
-            Destination::Group => {
-                let everyone = sim.nodes.len() as NodeIx;
-                let others = (0..everyone).filter(|&n| n != node);
-                sim.send_group(node, others, bytes, Kind::Multicast, query, t);
-            }
-            Destination::Peer { addr, .. } => {
-                if let Some(to) = node_at(addr) {
-                    sim.send_proto(node, to, bytes, Kind::Multicast, query(), t);
-                }
+        }
+        Destination::Group => {
+            let everyone = sim.nodes.len() as NodeIx;
+            let others = (0..everyone).filter(|&n| n != node);
+            sim.send_group(node, others, bytes, Kind::Multicast, query, t);
+        }
+        Destination::Peer { addr, .. } => {
+            if let Some(to) = node_at(addr) {
+                sim.send_proto(node, to, bytes, Kind::Multicast, query(), t);
             }
         }
     }
-    sim.start_search(job, node, s.reqnum, s.outcome, t);
 }
 
 /// A multicast message reached `to` from `from` (`multicast::answer`): a member's query is
@@ -123,10 +112,10 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: McMsg
     let url = &trace.objects[obj as usize].url;
     let n = &mut sim.nodes[to as usize];
     let holding = n.holding(&trace.objects[obj as usize].key);
-    let Some(m) = sim.proto.multicast.get_mut(to as usize) else {
+    let Some((mesh, m)) = n.engine.parts_mut::<Multicast>() else {
         return;
     };
-    if m.on_query(&mut n.mesh, icp_addr(from), holding) != Answer::Hit {
+    if m.on_query(mesh, icp_addr(from), holding) != Answer::Hit {
         return;
     }
     let sent = sim.cpu(to, t, ns(sim.spec.net.cpu_datagram));
@@ -138,37 +127,14 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: McMsg
     sim.send_datagram(to, from, sent, reply_len(url), Kind::Multicast, payload);
 }
 
-/// An ICP reply of `kind` for `obj` (search `reqnum`) reached `to` from `from`: the multicast
-/// search's if it is one of its searches (or a late HIT to one), else ICP's.
-pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, reply: IcpReply, t: u64) {
-    super::route_icp_reply(
-        sim,
-        to,
-        from,
-        reply,
-        t,
-        |state, node, at, mesh, from, reply| {
-            state
-                .multicast
-                .get_mut(node)
-                .and_then(|m| m.on_reply(at, mesh, from, reply))
-        },
-    );
-}
-
-/// The deadline of search `reqnum` at `node` passed: the normal end of a miss.
-pub(crate) fn on_deadline(sim: &mut Sim<'_>, node: NodeIx, reqnum: u32) -> Option<Route> {
-    let at = sim.at(sim.now);
-    let m = sim.proto.multicast.get_mut(node as usize)?;
-    m.on_deadline(at, &mut sim.nodes[node as usize].mesh, reqnum)
-}
-
 #[cfg(test)]
 mod tests {
     use meshcache_dcm::multicast::Mode;
     use meshcache_wire::icp;
 
     use super::*;
+    use crate::mesh::Node;
+    use crate::spec::Protocol;
 
     /// The sizes the simulator counts are the proxy's encoders' output lengths.
     #[test]
@@ -185,13 +151,21 @@ mod tests {
         let mut spec = SimSpec::default();
         spec.protocol.name = Protocol::Multicast;
         spec.mesh.parents = 1;
-        let nodes = crate::mesh::build(&spec);
-        let state = new_state(&spec, &nodes);
-        assert_eq!(state.len(), 5);
-        assert_eq!(state[0].mode(), Mode::Ip, "the default");
+        let build = |spec: &SimSpec| {
+            crate::mesh::build(spec, |node, mesh| {
+                super::super::search_protocol(spec, node, mesh)
+            })
+        };
+        let mode = |n: &Node| n.engine.protocol::<Multicast>().map(Multicast::mode);
+        let nodes = build(&spec);
+        assert_eq!(nodes.len(), 5);
+        assert!(
+            nodes.iter().all(|n| mode(n) == Some(Mode::Ip)),
+            "the default"
+        );
         spec.protocol.multicast_mode = Mode::Logical;
-        assert_eq!(new_state(&spec, &nodes)[3].mode(), Mode::Logical);
+        assert_eq!(mode(&build(&spec)[3]), Some(Mode::Logical));
         spec.protocol.name = Protocol::Directory;
-        assert!(new_state(&spec, &nodes).is_empty());
+        assert_eq!(mode(&build(&spec)[0]), None);
     }
 }

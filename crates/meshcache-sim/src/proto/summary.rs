@@ -1,7 +1,6 @@
 //! Summary Cache (`summary`) and Squid's Cache Digests (`digest`) on the virtual clock: the
-//! proxy's summary driver (`meshcache-proxy/src/summary.rs`) and the summary branch of its
-//! `Coop::route`, calling the same `meshcache-dcm` machines ([`LocalSummary`],
-//! [`PeerSummaries`], `IcpMesh::begin_among` / `digest_route`) and the same wire codecs.
+//! proxy's summary driver (`meshcache-proxy/src/summary.rs`), calling the same
+//! `meshcache-dcm` machines ([`LocalSummary`], [`PeerSummaries`]) and the same wire codecs.
 //!
 //! Per node, [`NodeState`] holds what the proxy's `Summaries` holds. Its life, function by
 //! function of the proxy:
@@ -25,11 +24,10 @@
 //!   is the encoded full array or digest; `fetch_one` decodes it with the wire decoders and
 //!   installs it or rejects it. A digest is fetched again when it expires (its `Expires`, whole
 //!   seconds, clamped to 1 s..`digest_interval`).
-//! - `Coop::route`: the peers whose summary may hold the object; none and no parent: the
-//!   origin, no search; `digest`: `digest_route`, no query; `summary`: `Coop::walk` asks
-//!   them one at a time ([`Walk`], each step a `begin_among` search; [`step_decided`] takes
-//!   the next step when a step ends without the answer). An ICP MISS from a queried peer, or
-//!   a 504 from a digest's sibling, is a false hit.
+//! - The search: the peers whose summary may hold the object ([`NodeState::candidates`]) go to
+//!   the node's engine, whose `SummarySearch` or `DigestSearch` (`meshcache_dcm::protocols`)
+//!   runs it as in the proxy. An ICP MISS from a queried peer, or a 504 from a digest's
+//!   sibling, is a false hit ([`NodeState::false_hit`]).
 //!
 //! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are
 //! [`Ev::Tick`]s (work a serial replay waits for); digest rebuilds, refreshes and retries after a refused summary
@@ -43,18 +41,17 @@
 //! (the engine tells a protocol of a sibling's 504, not of a parent's miss). With `summary`
 //! the proxy also rebuilds a digest for Squid peers; nobody fetches it here, so it is not built.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use meshcache_dcm::summary::{pace, LocalSummary, PeerSummaries, Rejection, UpdateVerdict, Walk};
-use meshcache_dcm::{Outcome, PeerId, ReplyKind, Route};
+use meshcache_dcm::summary::{pace, LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
+use meshcache_dcm::PeerId;
 use meshcache_store::StoreEvent;
 use meshcache_summary::{DigestError, Hashing};
 use meshcache_wire::summary as wire;
 use meshcache_wire::WireError;
 
-use super::IcpReply;
 use crate::engine::{ns, Ev, Sim};
 use crate::mesh::{self, icp_addr, Node, NodeIx};
 use crate::results::{Kind, SummaryReport};
@@ -129,12 +126,20 @@ pub(crate) struct NodeState {
     bad_updates: u64,
     served: u64,
     served_bytes: u64,
-    /// Summary Cache's searches under way, and their objects, by the request number of their
-    /// current step.
-    walks: HashMap<u32, (Walk, u32)>,
 }
 
 impl NodeState {
+    /// The peers whose summary says they may hold `key`, among those we exchange with.
+    pub(crate) fn candidates(&mut self, key: &[u8; 16]) -> Vec<PeerId> {
+        let exchanging = &self.exchanging;
+        self.peers.candidates(key, |p| exchanging[p.0])
+    }
+
+    /// `peer` did not have what its summary promised.
+    pub(crate) fn false_hit(&mut self, peer: PeerId) {
+        self.peers.false_hit(peer);
+    }
+
     /// What `Summaries::new` sets up for `node`.
     pub(crate) fn new(spec: &SimSpec, node: NodeIx, n: &Node) -> NodeState {
         let p = &spec.protocol;
@@ -183,7 +188,6 @@ impl NodeState {
             bad_updates: 0,
             served: 0,
             served_bytes: 0,
-            walks: HashMap::new(),
         };
         if p.name == Protocol::Digest {
             s.publish(0, ns(p.digest_interval));
@@ -275,7 +279,7 @@ impl Refresh {
 /// Whether `node` exchanges summaries with `peer` (`Summaries::exchanging`: with `summary`,
 /// only over ICP; the sim's peers all keep digests).
 fn exchanging(spec: &SimSpec, n: &Node, peer: PeerId) -> bool {
-    spec.protocol.name != Protocol::Summary || n.mesh.peers()[peer.0].spec.icp.is_some()
+    spec.protocol.name != Protocol::Summary || n.engine.mesh().peers()[peer.0].spec.icp.is_some()
 }
 
 /// The first multiple of `every` after `t`.
@@ -298,99 +302,12 @@ pub(crate) fn start(sim: &mut Sim<'_>) {
     }
 }
 
-/// The search of a miss of `obj` (`Coop::route`, summary branch). The engine's requests are
-/// all GETs: hierarchical, so siblings may be asked.
-pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64) {
-    let spec = sim.spec;
-    let o = &sim.trace.objects[obj as usize];
-    let at = sim.at(t);
-    let n = &mut sim.nodes[node as usize];
-    let s = &mut sim.proto.summary[node as usize];
-    let has_parents = !n.mesh.parents().is_empty();
-    let exchanging = &s.exchanging;
-    let hits = s.peers.candidates(&o.key.0, |p| exchanging[p.0]);
-    if hits.is_empty() && !has_parents {
-        // No summary says "maybe" and no parent could take it: the origin, no search.
-        sim.start_search(job, node, 0, Outcome::Decided(Route::direct()), t);
-        return;
-    }
-    if spec.protocol.name == Protocol::Digest {
-        let route = n.mesh.digest_route(at, &o.host, true, &hits);
-        sim.start_search(job, node, 0, Outcome::Decided(route), t);
-        return;
-    }
-    let walk = Walk::new(&n.mesh, &hits, true);
-    walk_on(sim, job, node, obj, walk, t);
-}
-
-/// Takes `walk`'s next steps (`Coop::walk`): those decided at once follow one another, and
-/// the first that waits for a reply is left to [`step_decided`].
-fn walk_on(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, mut walk: Walk, t: u64) {
-    let at = sim.at(t);
-    let o = &sim.trace.objects[obj as usize];
-    loop {
-        let search = walk.step(
-            &mut sim.nodes[node as usize].mesh,
-            at,
-            &o.url,
-            &o.host,
-            true,
-        );
-        sim.send_icp_queries(node, obj, search.reqnum, &search.queries, t);
-        match search.outcome {
-            Outcome::Decided(route) if !walk.ends(&route) => continue,
-            outcome => {
-                if matches!(outcome, Outcome::Wait { .. }) {
-                    sim.proto.summary[node as usize]
-                        .walks
-                        .insert(search.reqnum, (walk, obj));
-                }
-                sim.start_search(job, node, search.reqnum, outcome, t);
-                return;
-            }
-        }
-    }
-}
-
-/// Step `reqnum` of a Summary Cache search at `node` decided `route` (a reply or its
-/// deadline): the route to follow, or `None` when the walk asked its next candidate.
-pub(crate) fn step_decided(
-    sim: &mut Sim<'_>,
-    job: u32,
-    node: NodeIx,
-    reqnum: u32,
-    route: Route,
-    t: u64,
-) -> Option<Route> {
-    let Some((walk, obj)) = sim.proto.summary[node as usize].walks.remove(&reqnum) else {
-        return Some(route);
-    };
-    if walk.ends(&route) {
-        return Some(route);
-    }
-    walk_on(sim, job, node, obj, walk, t);
-    None
-}
-
-/// An ICP reply to a summary search (`respond`, reply branch): a MISS from a peer whose
-/// summary said "maybe" is a false hit; then the search machine takes it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, reply: IcpReply, t: u64) {
-    if matches!(reply.kind, ReplyKind::Miss | ReplyKind::MissNoFetch) {
-        if let Some(peer) = sim.nodes[to as usize].mesh.peer_at(icp_addr(from)) {
-            sim.proto.summary[to as usize].peers.false_hit(peer);
-        }
-    }
-    // Summary Cache's queries are ICP's own searches.
-    super::route_icp_reply(sim, to, from, reply, t, |_, _, _, _, _, _| None);
-}
-
 /// `peer` answered 504 to `node`'s `only-if-cached` request. Digest routes list siblings only
 /// as digest hits (`CD_SIBLING_HIT`), so with digests that is a false hit; with summaries a
 /// sibling is tried after an ICP HIT, and its 504 is no false hit of the summary.
 pub(crate) fn on_refused(sim: &mut Sim<'_>, node: NodeIx, peer: PeerId) {
     if sim.spec.protocol.name == Protocol::Digest {
-        sim.proto.summary[node as usize].peers.false_hit(peer);
+        sim.proto.summary[node as usize].false_hit(peer);
     }
 }
 
@@ -492,7 +409,9 @@ fn send_updates(sim: &mut Sim<'_>, node: NodeIx, updates: &[wire::DirUpdate], t:
     let spec = sim.spec;
     let n = &sim.nodes[node as usize];
     let targets: Vec<NodeIx> = (0..n.peer_nodes.len())
-        .filter(|&i| exchanging(spec, n, PeerId(i)) && n.mesh.peers()[i].spec.icp.is_some())
+        .filter(|&i| {
+            exchanging(spec, n, PeerId(i)) && n.engine.mesh().peers()[i].spec.icp.is_some()
+        })
         .map(|i| n.peer_nodes[i])
         .collect();
     for u in updates {
@@ -518,7 +437,8 @@ fn on_update(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
     let n = &mut sim.nodes[to as usize];
     let s = &mut sim.proto.summary[to as usize];
     let peer = n
-        .mesh
+        .engine
+        .mesh()
         .peer_at(icp_addr(from))
         .filter(|&p| s.exchanging[p.0]);
     let Some(peer) = peer else {
@@ -530,7 +450,7 @@ fn on_update(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
         s.bad_updates += 1;
         return;
     };
-    n.mesh.heard_from(at, peer);
+    n.engine.mesh_mut().heard_from(at, peer);
     let shared = &mut sim.proto.summary_arrays;
     let verdict = s
         .peers
