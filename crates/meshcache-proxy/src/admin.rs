@@ -59,7 +59,7 @@ pub(crate) async fn handle(
                 );
                 obj.insert("icp".into(), icp_counters(&shared));
                 if let Some(d) = shared.coop.directory() {
-                    obj.insert("directory".into(), d.report());
+                    obj.insert("directory".into(), d.report(&shared.coop));
                 }
                 if let Some(m) = shared.coop.multicast() {
                     obj.insert("multicast".into(), m.report(&shared.coop));
@@ -156,7 +156,7 @@ fn cooperation_metrics(shared: &Shared, out: &mut String) {
         }
     }
     if let Some(d) = shared.coop.directory() {
-        if let Some(obj) = d.report().as_object() {
+        if let Some(obj) = d.report(&shared.coop).as_object() {
             for (k, v) in obj {
                 let kind = match k.as_str() {
                     "entries" | "entry_budget_bytes" | "members" | "in_flight"

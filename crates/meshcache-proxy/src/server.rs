@@ -40,7 +40,7 @@ pub struct Listeners {
     /// The ICP socket, when the protocol is ICP.
     pub icp: Option<tokio::net::UdpSocket>,
     /// The multicast group socket and what the start-up probe found (multicast protocol).
-    pub multicast: Option<crate::multicast::GroupSocket>,
+    pub multicast: Option<crate::coop::multicast::GroupSocket>,
 }
 
 impl Listeners {
@@ -62,7 +62,7 @@ impl Listeners {
             let socket = std::net::UdpSocket::bind(addr)
                 .map_err(|source| ProxyError::Bind { addr, source })?;
             // Before the socket goes non-blocking: the probe waits for its datagram.
-            let multicast = crate::multicast::bind(config, &socket)?;
+            let multicast = crate::coop::multicast::bind(config, &socket)?;
             let ready = || -> std::io::Result<tokio::net::UdpSocket> {
                 socket.set_nonblocking(true)?;
                 tokio::net::UdpSocket::from_std(socket)
@@ -114,6 +114,16 @@ pub struct Proxy {
 impl Proxy {
     /// Builds a proxy from a validated config (opening the access log).
     pub fn new(config: Config) -> Result<Proxy, ProxyError> {
+        Proxy::with_search(config, None)
+    }
+
+    /// As [`Proxy::new`], searching for misses by `search` when given instead of by the
+    /// configured protocol: a cooperation protocol of the caller's, run by the same driver as
+    /// the built-in ones (the configured protocol still says whether the node speaks ICP).
+    pub fn with_search(
+        config: Config,
+        search: Option<Box<dyn meshcache_dcm::engine::SearchProtocol>>,
+    ) -> Result<Proxy, ProxyError> {
         config.validate()?;
         let log = match &config.log.access {
             Some(path) => Some(
@@ -153,7 +163,7 @@ impl Proxy {
         let (x_cache_hit, x_cache_miss) = (x_cache("HIT"), x_cache("MISS"));
         let applet_built_status =
             http::HeaderValue::from_str(&format!("{}; hit; detail=applet", config.name)).ok();
-        let coop = Coop::new(&config);
+        let coop = Coop::with_search(&config, search);
         let access = crate::access::Access::new(&config)?;
         let routing = crate::routing::Routing::new(&config)?;
         let auth = match &config.auth {
@@ -257,10 +267,15 @@ impl Proxy {
                 stop_rx.clone(),
             )));
         }
-        if shared.coop.multicast().is_some() {
-            crate::multicast::start(&shared.coop, &shared.config, listeners.multicast.as_ref());
+        if let Some(m) = shared.coop.multicast() {
+            crate::coop::multicast::start(
+                &shared.coop,
+                m,
+                &shared.config,
+                listeners.multicast.as_ref(),
+            );
             if let Some(socket) = listeners.multicast.and_then(|g| g.socket) {
-                tasks.push(tokio::spawn(crate::multicast::run_group(
+                tasks.push(tokio::spawn(crate::coop::multicast::run_group(
                     shared.clone(),
                     Arc::new(socket),
                     stop_rx.clone(),
@@ -273,11 +288,11 @@ impl Proxy {
             if !shared.cache.follow(summaries) {
                 tracing::error!("the store already has a follower; the summary will not see it");
             }
-            tasks.push(tokio::spawn(crate::summary::run_local(
+            tasks.push(tokio::spawn(crate::coop::summary::run_local(
                 shared.clone(),
                 stop_rx.clone(),
             )));
-            tasks.push(tokio::spawn(crate::summary::run_fetch(
+            tasks.push(tokio::spawn(crate::coop::summary::run_fetch(
                 shared.clone(),
                 stop_rx.clone(),
             )));
@@ -285,7 +300,7 @@ impl Proxy {
         if shared.coop.directory().is_some() {
             // Subscribed before the first client is accepted: every admission reaches its owner.
             let events = shared.cache.subscribe();
-            tasks.push(tokio::spawn(crate::directory::run_updates(
+            tasks.push(tokio::spawn(crate::coop::directory::run_updates(
                 shared.clone(),
                 events,
                 stop_rx.clone(),

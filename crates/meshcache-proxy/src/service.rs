@@ -40,10 +40,10 @@ use crate::applets::{self, Gate};
 use crate::body::{Capture, ProxyBody, Relay, Spill, Transaction};
 use crate::cache::{CachedObject, Collapse, FetchGuard, Found, Tier};
 use crate::config::ForwardedFor;
-use crate::coop::{self, Forwarded};
 use crate::decide::{Facts, Requester, Subject};
 use crate::directives::RequestDirectives;
 use crate::error::UpstreamError;
+use crate::forward::{self, Forwarded};
 use crate::guard::ViolationSlot;
 use crate::headers::{self, parse_range, RangeRequest};
 use crate::outcome::ResultCode;
@@ -106,7 +106,7 @@ pub(crate) async fn handle(
             "the request head is larger than http.max_header_bytes",
         ));
     }
-    let internal_url = crate::summary::internal(&shared.config, &parts.uri)
+    let internal_url = crate::coop::summary::internal(&shared.config, &parts.uri)
         .filter(|_| parts.method == Method::GET || parts.method == Method::HEAD);
     let mut txn = txn;
     let admitted = admit(&shared, &mut txn, &parts, &target, internal_url.is_some()).await;
@@ -766,7 +766,7 @@ async fn fetch(
         && !parts.headers.contains_key(header::AUTHORIZATION)
         && parts.extensions.get::<Bypass>().is_none();
     let sent = outgoing(shared, &parts.headers, txn.client());
-    match coop::forward(shared, &parts.method, &sent, &target, None, hierarchical).await {
+    match forward::forward(shared, &parts.method, &sent, &target, None, hierarchical).await {
         Ok(fwd) => relay_response(shared, txn, &parts, &target, fwd, guard, code, now),
         Err(e) => upstream_failed(shared, txn, e),
     }
@@ -784,7 +784,7 @@ async fn freshen_with_head(
 ) -> Response<ProxyBody> {
     txn.result = ResultCode::TcpMiss;
     let sent = outgoing(shared, &parts.headers, txn.client());
-    let result = coop::forward(shared, &Method::HEAD, &sent, &target, None, false).await;
+    let result = forward::forward(shared, &Method::HEAD, &sent, &target, None, false).await;
     drop(sent);
     let fwd = match result {
         Ok(fwd) => fwd,
@@ -854,7 +854,7 @@ async fn complete(
     let held = prefix.len() as u64;
     let asked = ranges::rest_request(&parts.headers, &partial, held);
     let sent = outgoing(shared, &asked, txn.client());
-    let result = coop::forward(shared, &Method::GET, &sent, &target, None, false).await;
+    let result = forward::forward(shared, &Method::GET, &sent, &target, None, false).await;
     drop(sent);
     let fwd = match result {
         Ok(fwd) => fwd,
@@ -1091,6 +1091,7 @@ fn relay_response(
         if let Some(d) = shared.coop.directory() {
             // Optimistic directory entries for what we will not hold are taken back.
             d.fetch_done(
+                &shared.coop,
                 meshcache_store::StoreKey::get(&target.url).0,
                 capture.is_some(),
             );
@@ -1135,7 +1136,7 @@ async fn revalidate(
     client_headers.remove(header::IF_RANGE);
     semantics::add_validators(&mut client_headers, &stored);
     let sent = outgoing(shared, &client_headers, txn.client());
-    let result = coop::forward(shared, &Method::GET, &sent, &target, None, false).await;
+    let result = forward::forward(shared, &Method::GET, &sent, &target, None, false).await;
     drop(sent);
     let now_after = SystemTime::now();
     if let Ok(fwd) = &result {
@@ -1253,7 +1254,7 @@ fn refresh_in_background(
         }
         semantics::add_validators(&mut headers, &stored);
         headers::forwarded_for(&mut headers, shared.config.http.forwarded_for, client);
-        let Ok(fwd) = coop::forward(&shared, &Method::GET, &headers, &target, None, false).await
+        let Ok(fwd) = forward::forward(&shared, &Method::GET, &headers, &target, None, false).await
         else {
             return;
         };
@@ -1331,7 +1332,8 @@ async fn pass_through(
 ) -> Response<ProxyBody> {
     txn.result = ResultCode::TcpMiss;
     let sent = outgoing(shared, &parts.headers, txn.client());
-    let forwarded = coop::forward(shared, &parts.method, &sent, &target, Some(body), false).await;
+    let forwarded =
+        forward::forward(shared, &parts.method, &sent, &target, Some(body), false).await;
     drop(sent);
     match forwarded {
         Ok(fwd) => {
@@ -1402,11 +1404,11 @@ fn upstream_failed(shared: &Shared, mut txn: Transaction, e: UpstreamError) -> R
 fn internal(
     shared: &Shared,
     txn: Transaction,
-    which: crate::summary::Internal,
+    which: crate::coop::summary::Internal,
     request: &HeaderMap,
     head: bool,
 ) -> Response<ProxyBody> {
-    let (status, mut headers, body) = crate::summary::serve(shared, which, request);
+    let (status, mut headers, body) = crate::coop::summary::serve(shared, which, request);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
     add_via(shared, &mut headers);
     let code = if status == StatusCode::OK {
@@ -1416,7 +1418,7 @@ fn internal(
     };
     let body = if head { Bytes::new() } else { body };
     let mut resp = made_response(txn, code, status, headers, ProxyBody::full(body));
-    if status == StatusCode::OK && which == crate::summary::Internal::Digest {
+    if status == StatusCode::OK && which == crate::coop::summary::Internal::Digest {
         // Squid's reason phrase for a digest.
         resp.extensions_mut()
             .insert(hyper::ext::ReasonPhrase::from_static(b"Cache Digest OK"));

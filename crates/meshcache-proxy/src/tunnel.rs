@@ -140,7 +140,7 @@ async fn through_parent(
                 shared.via.own().to_str().unwrap_or("1.1 meshcache")
             )
             .into_bytes();
-            if let Some(credentials) = crate::coop::passed_credentials(shared, peer, headers) {
+            if let Some(credentials) = crate::forward::passed_credentials(shared, peer, headers) {
                 request.extend_from_slice(b"Proxy-Authorization: ");
                 request.extend_from_slice(credentials.as_bytes());
                 request.extend_from_slice(b"\r\n");

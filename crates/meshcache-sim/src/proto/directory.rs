@@ -5,9 +5,9 @@
 //! |---|---|
 //! | `DirectoryState::new`: the members are the siblings with an IPv4 ICP address; the entry budget is `directory_memory / ENTRY_BYTES`; the seed comes from the ICP address | [`directory`], [`new_state`] |
 //! | the engine's search (`Directory` as a `SearchProtocol`): `directory::send_from` | [`send`] |
-//! | `directory::on_datagram`: `DIR_GET` → `on_get`; `DIR_DATA` → `on_data`, then `Coop::decided`; `DIR_ADD` / `DIR_DEL` → `on_update`, then `heard_from_addr` | [`on_message`] |
+//! | `directory::on_datagram`: `DIR_GET` → `on_get`; `DIR_DATA` → `on_data`, then `Link::decided`; `DIR_ADD` / `DIR_DEL` → `on_update`, then `heard_from_addr` | [`on_message`] |
 //! | `directory::encode`: candidate queries (a forwarded one names its requester), a forwarded query to ourselves answered from the store straight to the requester, updates cut into `encode_batches`' datagrams | [`send`] |
-//! | `coop::respond`: a forwarded query is answered at `forwarded_reply_to` | [`on_message`] |
+//! | `coop/icp.rs`'s `respond`: a forwarded query is answered at `forwarded_reply_to` | [`on_message`] |
 //! | `service::relay_response` → `Directory::fetch_done` (stored or not) | [`on_store_events`] |
 //! | `directory::run_updates`: the store's events drained 10 ms after the first of a burst (`on_admitted` / `on_removed`, `take_updates`), and the whole store announced again every `ttl / 2` | [`on_store_events`], [`on_tick`] |
 //!
@@ -301,7 +301,7 @@ fn send_batches(sim: &mut Sim<'_>, node: NodeIx, add: bool, to: NodeIx, keys: &[
 }
 
 /// Our ICP answer to a query for `obj` (search `reqnum`) answered at `reply_to`, sent after
-/// `t` (`coop::respond`'s query branch, and `directory::holding_reply`).
+/// `t` (`coop/icp.rs`'s `respond`, query branch, and `directory::holding_reply`).
 fn answer_query(
     sim: &mut Sim<'_>,
     node: NodeIx,
@@ -319,7 +319,7 @@ fn answer_query(
     sim.send_icp_reply(node, to, obj, reqnum, kind, t);
 }
 
-/// A directory datagram reached `to` (`directory::on_datagram`, and `coop::respond` for a
+/// A directory datagram reached `to` (`directory::on_datagram`, and `coop/icp.rs`'s `respond` for a
 /// forwarded query).
 pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMsg, t: u64) {
     let trace = sim.trace;

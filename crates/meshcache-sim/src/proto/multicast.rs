@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `MulticastState::new`, then `multicast::start` settles the mode | [`machine`]: `protocol.multicast_mode`, `ip` by default (what `auto` settles on where the network carries the group) |
 //! | the engine's search (`Multicast` as a `SearchProtocol`): `multicast::send_queries` | [`send_query`] |
-//! | `run_group` (by the group) and `coop::respond` (unicast) → `multicast::answer` → `Multicast::on_query`: `ICP_OP_HIT` or silence | [`on_message`] |
+//! | `run_group` (by the group) and `coop/icp.rs`'s `respond` (unicast) → `multicast::answer` → `Multicast::on_query`: `ICP_OP_HIT` or silence | [`on_message`] |
 //!
 //! Replies and deadlines go to the node's engine, which gives them to its `Multicast`.
 //!

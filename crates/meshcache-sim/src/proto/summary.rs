@@ -1,5 +1,5 @@
 //! Summary Cache (`summary`) and Squid's Cache Digests (`digest`) on the virtual clock: the
-//! proxy's summary driver (`meshcache-proxy/src/summary.rs`), calling the same
+//! proxy's summary driver (`meshcache-proxy/src/coop/summary.rs`), calling the same
 //! `meshcache-dcm` machines ([`LocalSummary`], [`PeerSummaries`]) and the same wire codecs.
 //!
 //! Per node, [`NodeState`] holds what the proxy's `Summaries` holds. Its life, function by

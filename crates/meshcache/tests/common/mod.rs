@@ -74,6 +74,15 @@ pub fn bind(icp: bool, tweak: impl FnOnce(&mut Config)) -> Bound {
 
 /// Starts a bound proxy, after a last change to its config (e.g. adding peers).
 pub fn start(bound: Bound, tweak: impl FnOnce(&mut Config)) -> Node {
+    start_searching(bound, tweak, None)
+}
+
+/// As [`start`], searching for misses by `search` when given (a protocol of the test's own).
+pub fn start_searching(
+    bound: Bound,
+    tweak: impl FnOnce(&mut Config),
+    search: Option<Box<dyn meshcache_dcm::engine::SearchProtocol>>,
+) -> Node {
     let Bound {
         mut config,
         listeners,
@@ -89,7 +98,7 @@ pub fn start(bound: Bound, tweak: impl FnOnce(&mut Config)) -> Node {
         .expect("admin")
         .local_addr()
         .expect("addr");
-    let proxy = Arc::new(Proxy::new(config).expect("proxy"));
+    let proxy = Arc::new(Proxy::with_search(config, search).expect("proxy"));
     let (tx, rx) = oneshot::channel::<()>();
     let p = proxy.clone();
     let task = tokio::spawn(async move {

@@ -40,6 +40,7 @@ use meshcache_wire::summary as wire;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 
+use super::link::Link;
 use crate::cache::StoreFollower;
 use crate::config::{Config, Protocol};
 use crate::Shared;
@@ -219,7 +220,7 @@ impl Summaries {
 
     /// A peer's fetch of our summary named its inbox in `value` (`ICP; inbox=PORT`): our
     /// updates for the peer whose ICP address that is go there from now on.
-    pub(crate) fn peer_inbox(&self, coop: &crate::coop::Coop, value: &str) -> Option<PeerId> {
+    pub(crate) fn peer_inbox(&self, coop: &Link, value: &str) -> Option<PeerId> {
         let (icp, port) = value.split_once(';')?;
         let icp: SocketAddr = icp.trim().parse().ok()?;
         let port: u16 = port.trim().strip_prefix("inbox=")?.parse().ok()?;
@@ -230,7 +231,7 @@ impl Summaries {
     }
 
     /// Reads every update waiting in our inbox, if it was not read in the last `within`.
-    pub(crate) fn read_inbox(&self, coop: &crate::coop::Coop, within: Duration) {
+    pub(crate) fn read_inbox(&self, coop: &Link, within: Duration) {
         let Some(inbox) = self.inbox.get() else {
             return;
         };
@@ -476,9 +477,15 @@ async fn send_updates(shared: &Shared, s: &Summaries, updates: &[wire::DirUpdate
     }
 }
 
-/// An `ICP_OP_DIRUPDATE` datagram arrived from `from`.
-pub(crate) fn on_update_datagram(coop: &crate::coop::Coop, datagram: &[u8], from: SocketAddr) {
-    match coop.summaries() {
+/// An `ICP_OP_DIRUPDATE` datagram arrived from `from`, for `summaries` when the protocol
+/// keeps them.
+pub(crate) fn on_update_datagram(
+    coop: &Link,
+    summaries: Option<&Summaries>,
+    datagram: &[u8],
+    from: SocketAddr,
+) {
+    match summaries {
         Some(s) => on_update(coop, s, datagram, from),
         None => {
             coop.counters.dropped.fetch_add(1, Relaxed);
@@ -487,7 +494,7 @@ pub(crate) fn on_update_datagram(coop: &crate::coop::Coop, datagram: &[u8], from
 }
 
 /// An update datagram for `s` (to the ICP port or the inbox) from `from`.
-fn on_update(coop: &crate::coop::Coop, s: &Summaries, datagram: &[u8], from: SocketAddr) {
+fn on_update(coop: &Link, s: &Summaries, datagram: &[u8], from: SocketAddr) {
     let peer = coop.peer_at(from).filter(|&p| s.exchanging(p));
     let Some(peer) = peer else {
         let n = s.counters.bad_updates.fetch_add(1, Relaxed) + 1;

@@ -1,6 +1,6 @@
 //! The directory protocol's driver: runs `meshcache_dcm::directory` with the ICP socket.
 //!
-//! Searches start in [`crate::coop::Coop::route`]; this module sends what the state machine
+//! Searches start in [`super::Coop::route`]; this module sends what the state machine
 //! asks for (`DIR_GET`, `DIR_DATA`, candidate queries, batched `DIR_ADD` / `DIR_DEL`), takes
 //! the directory datagrams that arrive on the ICP socket, and follows the store's events so
 //! that the owners of our objects' entries hear of every admission and eviction.
@@ -20,13 +20,12 @@ use meshcache_dcm::{PeerId, Role};
 use meshcache_store::{StoreEvent, StoreKey};
 use meshcache_wire::directory::{self as wire, DirMessage, HolderOp};
 use meshcache_wire::icp;
-use parking_lot::Mutex;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::watch;
 use tokio::sync::Notify;
 
+use super::link::Link;
 use crate::config::Config;
-use crate::coop::Coop;
 use crate::Shared;
 
 /// How long store events wait to be turned into directory updates once one arrives: short
@@ -34,10 +33,8 @@ use crate::Shared;
 /// burst. An idle node does not wake at all.
 const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 
-/// The directory state of a node.
+/// The directory upkeep of a node (the state machine is the engine's protocol).
 pub struct DirectoryState {
-    /// The state machine.
-    pub(crate) dir: Mutex<Directory>,
     /// Our ICP address: our identity in directory messages.
     me: SocketAddrV4,
     /// Sequence number of our next `DIR_ADD` / `DIR_DEL`.
@@ -47,9 +44,9 @@ pub struct DirectoryState {
 }
 
 impl DirectoryState {
-    /// The directory of a node configured with `protocol = "directory"`: its members are the
-    /// sibling peers with an IPv4 ICP address.
-    pub fn new(config: &Config) -> Option<DirectoryState> {
+    /// The directory of a node configured with `protocol = "directory"`, and its machine for
+    /// the engine: its members are the sibling peers with an IPv4 ICP address.
+    pub fn new(config: &Config) -> Option<(DirectoryState, Directory)> {
         let c = &config.cooperation;
         let SocketAddr::V4(me) = c.icp_listen else {
             return None;
@@ -79,27 +76,36 @@ impl DirectoryState {
         };
         // Seeded from the address: reproducible runs, different choices per member.
         let seed = u64::from(u32::from(*me.ip())) << 16 | u64::from(me.port());
-        Some(DirectoryState {
-            dir: Mutex::new(Directory::new(&config.name, me, members, dconfig, seed)),
+        let state = DirectoryState {
             me,
             seq: AtomicU32::new(1),
             queued: Notify::new(),
-        })
+        };
+        Some((
+            state,
+            Directory::new(&config.name, me, members, dconfig, seed),
+        ))
     }
 
     /// A miss of `key` ended, `stored` or not: an optimistic entry for what we will not hold
     /// is taken back, by the next drain.
-    pub(crate) fn fetch_done(&self, key: [u8; 16], stored: bool) {
-        let mut dir = self.dir.lock();
-        dir.fetch_done(Instant::now(), key, stored);
-        if dir.queued_updates() > 0 {
+    pub(crate) fn fetch_done(&self, coop: &Link, key: [u8; 16], stored: bool) {
+        let queued = coop.with_protocol(|_, dir: &mut Directory| {
+            dir.fetch_done(Instant::now(), key, stored);
+            dir.queued_updates()
+        });
+        if queued.unwrap_or(0) > 0 {
             self.queued.notify_one();
         }
     }
 
     /// `/stats`: counters, entries, members, searches in flight and queued updates.
-    pub fn report(&self) -> serde_json::Value {
-        let d = self.dir.lock();
+    pub fn report(&self, coop: &Link) -> serde_json::Value {
+        coop.with_protocol(|_, d: &mut Directory| Self::report_of(d))
+            .unwrap_or_default()
+    }
+
+    fn report_of(d: &Directory) -> serde_json::Value {
         let mut v = serde_json::to_value(d.stats()).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             o.insert("entries".into(), d.entries().into());
@@ -119,18 +125,18 @@ impl DirectoryState {
 /// ourselves (variant 2, when the owner holds the object too) is answered here, straight to
 /// the requester.
 pub(crate) async fn send(shared: &Shared, sends: Vec<Outgoing>) {
-    send_with(&shared.coop, Some(shared), sends).await;
+    if let Some(d) = shared.coop.directory() {
+        send_with(&shared.coop, d, Some(shared), sends).await;
+    }
 }
 
 /// As [`send`], for a search's own messages (never a query to ourselves).
-pub(crate) async fn send_from(coop: &Coop, sends: Vec<Outgoing>) {
-    send_with(coop, None, sends).await;
+pub(crate) async fn send_from(link: &Link, d: &DirectoryState, sends: Vec<Outgoing>) {
+    send_with(link, d, None, sends).await;
 }
 
-async fn send_with(coop: &Coop, shared: Option<&Shared>, sends: Vec<Outgoing>) {
-    let Some(d) = coop.directory() else {
-        return;
-    };
+async fn send_with(link: &Link, d: &DirectoryState, shared: Option<&Shared>, sends: Vec<Outgoing>) {
+    let coop = link;
     let Some(socket) = coop.icp_socket() else {
         return;
     };
@@ -155,7 +161,7 @@ async fn send_with(coop: &Coop, shared: Option<&Shared>, sends: Vec<Outgoing>) {
 
 /// The datagrams for `sends`; a query to ourselves is answered from `shared`'s store.
 fn encode(
-    coop: &Coop,
+    coop: &Link,
     shared: Option<&Shared>,
     d: &DirectoryState,
     sends: Vec<Outgoing>,
@@ -305,12 +311,13 @@ pub(crate) fn reply_address(
     if !options.contains(wire::FORWARDED_QUERY) {
         return Some(from);
     }
-    let d = shared.coop.directory()?;
     let port = u16::try_from(option_data).ok()?;
-    let to = d
-        .dir
-        .lock()
-        .forwarded_reply_to(from, SocketAddrV4::new(requester, port));
+    let to = shared
+        .coop
+        .with_protocol(|_, d: &mut Directory| {
+            d.forwarded_reply_to(from, SocketAddrV4::new(requester, port))
+        })
+        .flatten();
     if to.is_none() {
         shared.coop.counters.dropped.fetch_add(1, Relaxed);
         tracing::debug!(%from, "forwarded query from or for a non-member, dropped");
@@ -320,10 +327,10 @@ pub(crate) fn reply_address(
 
 /// A directory datagram arrived from `from`: returns what to send in answer.
 pub(crate) fn on_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) -> Vec<Outgoing> {
-    let Some(d) = shared.coop.directory() else {
+    if shared.coop.directory().is_none() {
         shared.coop.counters.dropped.fetch_add(1, Relaxed);
         return Vec::new();
-    };
+    }
     let now = Instant::now();
     let msg = match wire::decode(datagram) {
         Ok(m) => m,
@@ -342,30 +349,30 @@ pub(crate) fn on_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) ->
                 return Vec::new();
             };
             let key = StoreKey::get(url).0;
-            d.dir.lock().on_get(
-                now,
-                from,
-                g.requester,
-                g.reqnum,
-                g.optimistic,
-                g.forward,
-                g.alpha,
-                url,
-                &key,
-            )
+            shared
+                .coop
+                .with_protocol(|_, d: &mut Directory| {
+                    d.on_get(
+                        now,
+                        from,
+                        g.requester,
+                        g.reqnum,
+                        g.optimistic,
+                        g.forward,
+                        g.alpha,
+                        url,
+                        &key,
+                    )
+                })
+                .unwrap_or_default()
         }
         DirMessage::Data(data) => {
-            let (sends, route) = {
-                let mut mesh = shared.coop.mesh.lock();
-                d.dir.lock().on_data(
-                    now,
-                    &mut mesh,
-                    from,
-                    data.reqnum,
-                    data.forwarded,
-                    &data.nodes,
-                )
-            };
+            let (sends, route) = shared
+                .coop
+                .with_protocol(|mesh, d: &mut Directory| {
+                    d.on_data(now, mesh, from, data.reqnum, data.forwarded, &data.nodes)
+                })
+                .unwrap_or_default();
             if let Some(route) = route {
                 shared.coop.decided(data.reqnum, route);
             }
@@ -373,7 +380,12 @@ pub(crate) fn on_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) ->
         }
         DirMessage::Add(u) | DirMessage::Del(u) => {
             let add = datagram.first() == Some(&wire::OPCODE_DIR_ADD);
-            let accepted = d.dir.lock().on_update(now, from, u.holder, add, &u.keys);
+            let accepted = shared
+                .coop
+                .with_protocol(|_, d: &mut Directory| {
+                    d.on_update(now, from, u.holder, add, &u.keys)
+                })
+                .unwrap_or(false);
             if accepted {
                 shared.coop.heard_from_addr(from);
             } else {
@@ -424,38 +436,35 @@ pub(crate) async fn run_updates(
                 _ = stop.changed() => return,
             }
         }
-        let sends = {
-            let mut dir = d.dir.lock();
-            let now = Instant::now();
-            if let Some(ev) = first {
-                follow(&mut dir, now, &ev);
+        // The burst, taken from the channel before the machine is locked.
+        let mut burst: Vec<StoreEvent> = first.into_iter().collect();
+        while !lagged {
+            match events.try_recv() {
+                Ok(ev) => burst.push(ev),
+                Err(TryRecvError::Lagged(_)) => lagged = true,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Closed) => return,
             }
-            while !lagged {
-                match events.try_recv() {
-                    Ok(ev) => follow(&mut dir, now, &ev),
-                    Err(TryRecvError::Lagged(_)) => {
-                        lagged = true;
-                        break;
-                    }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Closed) => return,
-                }
+        }
+        if lagged {
+            tracing::warn!("directory upkeep fell behind the store; announcing the store again");
+        }
+        let sends = shared.coop.with_protocol(|_, dir: &mut Directory| {
+            let now = Instant::now();
+            for ev in &burst {
+                follow(dir, now, ev);
             }
             if lagged || renewing {
                 // Some events were lost, or the records are due for renewal: announce
                 // everything the store holds again (adds are idempotent; a lost removal expires
                 // with its TTL).
-                if lagged {
-                    tracing::warn!(
-                        "directory upkeep fell behind the store; announcing the store again"
-                    );
-                }
                 for key in shared.cache.keys() {
                     dir.on_admitted(now, key.0);
                 }
             }
             dir.take_updates()
-        };
+        });
+        let Some(sends) = sends else { return };
         if !sends.is_empty() {
             send(&shared, sends).await;
         }

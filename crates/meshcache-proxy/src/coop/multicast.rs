@@ -28,14 +28,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meshcache_dcm::multicast::{Answer, Destination, Mode, Multicast, MulticastConfig};
-use meshcache_dcm::Holding;
+use meshcache_dcm::{Holding, IcpMesh};
 use meshcache_wire::icp;
 use parking_lot::Mutex;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 
+use super::link::Link;
 use crate::config::{Config, MulticastMode, Protocol};
-use crate::coop::Coop;
 use crate::efficiency::Category;
 use crate::{ProxyError, Shared};
 
@@ -57,10 +57,8 @@ pub struct GroupSocket {
     pub why_not: Option<String>,
 }
 
-/// The multicast state of a node.
+/// The multicast sockets' state of a node (the state machine is the engine's protocol).
 pub struct MulticastState {
-    /// The state machine.
-    pub(crate) dcm: Mutex<Multicast>,
     group: SocketAddrV4,
     /// Why IP multicast is not used, when it is not.
     why_logical: Mutex<Option<String>>,
@@ -74,13 +72,6 @@ impl MulticastState {
     pub fn new(config: &Config) -> Option<MulticastState> {
         let c = &config.cooperation;
         (c.protocol == Protocol::Multicast).then(|| MulticastState {
-            dcm: Mutex::new(Multicast::new(
-                MulticastConfig {
-                    timeout_floor: c.multicast_timeout_floor,
-                    timeout_ceiling: c.icp_timeout_ceiling,
-                },
-                Mode::Logical,
-            )),
             group: c.multicast_group,
             why_logical: Mutex::new(Some("not started".into())),
             queries_sent: AtomicU64::new(0),
@@ -89,15 +80,18 @@ impl MulticastState {
 
     /// How queries are sent now.
     #[cfg(test)]
-    pub fn mode(&self) -> Mode {
-        self.dcm.lock().mode()
+    pub fn mode(coop: &Link) -> Option<Mode> {
+        coop.with_protocol(|_, m: &mut Multicast| m.mode())
     }
 
     /// `/stats`: mode, group, the state machine's counters, datagrams sent, searches in flight
     /// and the wait a search for every member would have now.
-    pub(crate) fn report(&self, coop: &Coop) -> serde_json::Value {
-        let mesh = coop.mesh.lock();
-        let d = self.dcm.lock();
+    pub(crate) fn report(&self, coop: &Link) -> serde_json::Value {
+        coop.with_protocol(|mesh, d: &mut Multicast| self.report_of(mesh, d))
+            .unwrap_or_default()
+    }
+
+    fn report_of(&self, mesh: &IcpMesh, d: &Multicast) -> serde_json::Value {
         let mut v = serde_json::to_value(d.stats()).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
             o.insert("mode".into(), d.mode().as_str().into());
@@ -119,6 +113,19 @@ impl MulticastState {
         }
         v
     }
+}
+
+/// The multicast machine of a node configured with `protocol = "multicast"`: logical mode
+/// until [`start`] has seen what the start-up probe found.
+pub(crate) fn machine(config: &Config) -> Multicast {
+    let c = &config.cooperation;
+    Multicast::new(
+        MulticastConfig {
+            timeout_floor: c.multicast_timeout_floor,
+            timeout_ceiling: c.icp_timeout_ceiling,
+        },
+        Mode::Logical,
+    )
 }
 
 /// Prepares the ICP socket `icp` for sending to the group and binds the group socket, then
@@ -231,10 +238,7 @@ fn probe(icp: &std::net::UdpSocket, listen: &std::net::UdpSocket, group: SocketA
 
 /// Settles the mode once the sockets are known: IP multicast when the probe came back and
 /// every member is on loopback (or the config insists), logical multicast otherwise. Logs it.
-pub(crate) fn start(coop: &Coop, config: &Config, group: Option<&GroupSocket>) {
-    let Some(m) = coop.multicast() else {
-        return;
-    };
+pub(crate) fn start(coop: &Link, m: &MulticastState, config: &Config, group: Option<&GroupSocket>) {
     let c = &config.cooperation;
     let delivers = group.is_some_and(|g| g.delivers);
     let far: Option<&str> = config
@@ -259,7 +263,7 @@ pub(crate) fn start(coop: &Coop, config: &Config, group: Option<&GroupSocket>) {
     } else {
         Mode::Ip
     };
-    m.dcm.lock().set_mode(mode);
+    coop.with_protocol(|_, d: &mut Multicast| d.set_mode(mode));
     match &why_logical {
         None => tracing::info!(
             group = %m.group,
@@ -277,8 +281,15 @@ pub(crate) fn start(coop: &Coop, config: &Config, group: Option<&GroupSocket>) {
 }
 
 /// Sends search `reqnum`'s query for `url` from the ICP socket to each destination.
-pub(crate) async fn send_queries(coop: &Coop, reqnum: u32, url: &str, to: &[Destination]) {
-    let (Some(m), Some(socket)) = (coop.multicast(), coop.icp_socket()) else {
+pub(crate) async fn send_queries(
+    link: &Link,
+    m: &MulticastState,
+    reqnum: u32,
+    url: &str,
+    to: &[Destination],
+) {
+    let coop = link;
+    let Some(socket) = coop.icp_socket() else {
         return;
     };
     let datagram = match meshcache_wire::multicast::query(reqnum, url.as_bytes()).to_bytes() {
@@ -325,17 +336,13 @@ pub(crate) fn answer(
     } else {
         Holding::Nothing
     };
-    let hit = match coop.multicast() {
-        Some(m) => {
-            let verdict = {
-                let mut mesh = coop.mesh.lock();
-                m.dcm.lock().on_query(&mut mesh, from, holding)
-            };
-            if verdict == Answer::Foreign {
-                let n = m.dcm.lock().stats().foreign_dropped;
-                if n.is_power_of_two() {
-                    tracing::warn!(%from, dropped = n, "multicast query from a non-member, dropped");
-                }
+    let answered = coop.with_protocol(|mesh, d: &mut Multicast| {
+        (d.on_query(mesh, from, holding), d.stats().foreign_dropped)
+    });
+    let hit = match answered {
+        Some((verdict, dropped)) => {
+            if verdict == Answer::Foreign && dropped.is_power_of_two() {
+                tracing::warn!(%from, dropped, "multicast query from a non-member, dropped");
             }
             verdict == Answer::Hit
         }
@@ -429,6 +436,7 @@ pub(crate) async fn run_group(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coop::Coop;
 
     #[test]
     fn own_datagrams_are_recognised() {
@@ -462,10 +470,18 @@ mod tests {
             delivers,
             why_not: (!delivers).then(|| "probe lost".to_owned()),
         };
-        start(&coop, config, Some(&found));
+        start(
+            &coop,
+            coop.multicast().expect("multicast"),
+            config,
+            Some(&found),
+        );
         let m = coop.multicast().expect("multicast");
         let why = m.why_logical.lock().clone();
-        (m.mode(), why)
+        (
+            MulticastState::mode(&coop).expect("a multicast machine"),
+            why,
+        )
     }
 
     #[test]
@@ -484,10 +500,7 @@ mod tests {
         assert_eq!(mode_after(&logical, true).0, Mode::Logical);
         // Before start, nothing is assumed about the group.
         let coop = Coop::new(&near);
-        assert_eq!(
-            coop.multicast().map(MulticastState::mode),
-            Some(Mode::Logical)
-        );
+        assert_eq!(MulticastState::mode(&coop), Some(Mode::Logical));
     }
 
     #[tokio::test]
