@@ -34,8 +34,9 @@
 use meshcache_dcm::PeerId;
 use smallvec::SmallVec;
 
-use crate::engine::{icp_query_bytes, icp_reply_bytes, ns, Ev, Sim, UDP_IP};
+use crate::engine::{Ev, Sim};
 use crate::mesh::{Node, NodeIx};
+use crate::net::{self, icp_query_bytes, icp_reply_bytes, ns, UDP_IP};
 use crate::results::Kind;
 
 /// The aggregate model's state.
@@ -269,9 +270,9 @@ pub(crate) fn first_reply(
     if rest > 0 {
         let net = &sim.spec.net;
         let c = ns(net.cpu_datagram);
-        let reply_tx = crate::engine::wire(reply + UDP_IP, net.proxy_bandwidth);
+        let reply_tx = net::wire(reply + UDP_IP, net.proxy_bandwidth);
         sim.net
-            .absorb(rest * crate::engine::wire(reply + UDP_IP, net.network_bandwidth));
+            .absorb(rest * net::wire(reply + UDP_IP, net.network_bandwidth));
         sim.traffic.count_many(Kind::Multicast, rest, reply);
         let f = sim.fanout.as_mut().expect("aggregate model");
         for &h in holders.iter().filter(|&&h| h != first) {
@@ -379,10 +380,8 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     };
     // The first HIT: holders in query order, until the next could not reply sooner even
     // with no queue anywhere.
-    let soonest_reply = 3 * c
-        + crate::engine::wire(reply + UDP_IP, proxy_bw)
-        + crate::engine::wire(reply + UDP_IP, net_bw)
-        + lat;
+    let soonest_reply =
+        3 * c + net::wire(reply + UDP_IP, proxy_bw) + net::wire(reply + UDP_IP, net_bw) + lat;
     let listed = sim.fanout.as_ref().expect("aggregate model").holders[obj as usize].clone();
     let mut gone: SmallVec<[NodeIx; 4]> = SmallVec::new();
     let mut first_hit: Option<(u64, Target)> = None;
@@ -405,7 +404,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
     }
     // The replies cross the shared network; the last ones queue behind the others (the
     // holders' above were timed against the backlog before them).
-    let reply_net = crate::engine::wire(reply + UDP_IP, net_bw);
+    let reply_net = net::wire(reply + UDP_IP, net_bw);
     sim.net.absorb(count * reply_net);
     // Without a HIT: the last reply, and the parents' MISSes ranked as `IcpMesh` ranks them.
     let last = Target {
@@ -444,7 +443,7 @@ pub(crate) fn search(sim: &mut Sim<'_>, job: u32, node: NodeIx, obj: u32, t: u64
 
     // Everyone's work: each target answers (two datagrams of CPU, a reply on its interface),
     // the node reads every reply.
-    let reply_tx = crate::engine::wire(reply + UDP_IP, proxy_bw);
+    let reply_tx = net::wire(reply + UDP_IP, proxy_bw);
     let f = sim.fanout.as_mut().expect("aggregate model");
     if siblings > 0 {
         f.shared.answer(c, reply_tx);

@@ -9,6 +9,7 @@ mod engine;
 mod fanout;
 pub mod mesh;
 pub mod model;
+mod net;
 pub mod plot;
 mod proto;
 pub mod results;

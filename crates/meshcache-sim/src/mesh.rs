@@ -138,7 +138,7 @@ pub struct Node {
     /// When its CPU is next free (ns of virtual time).
     pub cpu_free: u64,
     /// Its interface.
-    pub(crate) nic: crate::engine::Link,
+    pub(crate) nic: crate::net::Link,
     /// Counters.
     pub stats: NodeStats,
 }
@@ -228,7 +228,7 @@ pub fn build(
                 searches: FxHashMap::default(),
                 fetching: FxHashMap::default(),
                 cpu_free: 0,
-                nic: crate::engine::Link::default(),
+                nic: crate::net::Link::default(),
                 stats: NodeStats::default(),
             }
         })

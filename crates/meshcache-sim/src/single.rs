@@ -9,8 +9,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use crate::engine::{ns, wire, Control};
+use crate::engine::Control;
 use crate::mesh::{self, Node};
+use crate::net::{ns, wire};
 use crate::results::{self, Classified, Outcome, Results, Traffic};
 use crate::spec::{Protocol, Replay, SimSpec};
 use crate::trace::Trace;

@@ -30,8 +30,9 @@ use meshcache_wire::directory::{DEFAULT_BATCH_LEN, KEY_LEN, NODE_ADDR_LEN};
 use meshcache_wire::icp::HEADER_LEN;
 
 use super::Msg;
-use crate::engine::{ns, Ev, Sim};
+use crate::engine::{Ev, Sim};
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
+use crate::net::ns;
 use crate::results::Kind;
 use crate::spec::{Protocol, SimSpec};
 
@@ -104,7 +105,7 @@ pub(crate) fn update_len(keys: usize) -> u64 {
 
 /// ICP query bytes for `url`, forwarded or not.
 pub(crate) fn icp_query_len(url: &str) -> u64 {
-    crate::engine::icp_query_bytes(url.len())
+    crate::net::icp_query_bytes(url.len())
 }
 
 /// Node `node`'s ICP address, as directory messages name it.

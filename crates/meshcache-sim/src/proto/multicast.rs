@@ -26,8 +26,9 @@ use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
 use meshcache_dcm::ReplyKind;
 
 use super::Msg;
-use crate::engine::{ns, Ev, Payload, Sim};
+use crate::engine::{Ev, Payload, Sim};
 use crate::mesh::{icp_addr, node_at, NodeIx};
+use crate::net::ns;
 use crate::results::Kind;
 use crate::spec::SimSpec;
 
@@ -41,12 +42,12 @@ pub(crate) enum McMsg {
 
 /// Query bytes for `url`: an ICP query with the flag (a flag bit, no extra byte).
 pub(crate) fn query_len(url: &str) -> u64 {
-    crate::engine::icp_query_bytes(url.len())
+    crate::net::icp_query_bytes(url.len())
 }
 
 /// `ICP_OP_HIT` bytes for `url`.
 pub(crate) fn reply_len(url: &str) -> u64 {
-    crate::engine::icp_reply_bytes(url.len())
+    crate::net::icp_reply_bytes(url.len())
 }
 
 /// A node's multicast machine: `protocol.multicast_mode`, `ip` by default.

@@ -52,8 +52,9 @@ use meshcache_summary::{DigestError, Hashing};
 use meshcache_wire::summary as wire;
 use meshcache_wire::WireError;
 
-use crate::engine::{ns, Ev, Sim};
+use crate::engine::{Ev, Sim};
 use crate::mesh::{self, icp_addr, Node, NodeIx};
+use crate::net::ns;
 use crate::results::{Kind, SummaryReport};
 use crate::spec::{Protocol, SimSpec};
 
