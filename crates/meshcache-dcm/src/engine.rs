@@ -12,11 +12,12 @@
 //! - a requester gone: [`Engine::abandon`].
 //!
 //! Which protocol searches, and how a reply or a deadline moves its search on, is the
-//! [`SearchProtocol`] the engine was built with: ICP ([`crate::icp::IcpSearch`]), none
-//! ([`NoSearch`]), CARP ([`crate::carp::CarpSearch`]), Summary Cache and Cache Digests
-//! ([`crate::summary::SummarySearch`], [`crate::summary::DigestSearch`]), the directory
-//! ([`crate::directory::Directory`]) and multicast ([`crate::multicast::Multicast`]). A
-//! protocol is one implementation of that trait; neither driver's control flow names one.
+//! [`SearchProtocol`] the engine was built with: ICP ([`crate::protocols::IcpSearch`]), none
+//! ([`NoSearch`]), CARP ([`crate::protocols::CarpSearch`]), Summary Cache and Cache Digests
+//! ([`crate::protocols::SummarySearch`], [`crate::protocols::DigestSearch`]), the directory
+//! ([`crate::directory::Directory`]) and multicast ([`crate::multicast::Multicast`]), each
+//! mapped onto the trait in a file of [`crate::protocols`]. A protocol is one implementation of
+//! that trait; neither driver's control flow names one.
 //! The protocols' upkeep (the directory's updates, the summaries' exchange, answering a
 //! multicast query) is reached through [`Engine::parts_mut`].
 

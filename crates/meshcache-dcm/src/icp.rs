@@ -490,7 +490,7 @@ impl IcpMesh {
         awaited
     }
 
-    /// Adds a round-trip sample to `id`'s running mean ([`Peer::record_rtt`]), keeping the
+    /// Adds a round-trip sample to `id`'s running mean (`Peer::record_rtt`), keeping the
     /// slowest queried peer's up to date.
     pub fn record_rtt(&mut self, id: PeerId, sample: Duration) {
         let Some(peer) = self.peers.get_mut(id.0) else {

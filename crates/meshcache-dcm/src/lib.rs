@@ -22,12 +22,14 @@
 //! simulator drives the same code with a virtual clock.
 //!
 //! Layout: [`peer`] (configuration, liveness and statistics of each neighbour, domain
-//! matching), [`hier`] (Squid's hierarchy codes), [`select`] (ordering the candidates of a
+//! matching), `hier` (Squid's hierarchy codes), [`select`] (ordering the candidates of a
 //! request), [`carp`] (CARP hash routing over the parents), [`icp`] (the ICP search and
 //! responder logic), [`summary`] (our own summary and its delta updates; the neighbours'
 //! summaries), [`directory`] (dbDCM: the shared directory, its search variants and upkeep),
 //! [`multicast`] (the Berkeley protocol: the multicast search, its adaptive deadline and its
-//! silent responder).
+//! silent responder). Above them, [`engine`] is one node's cooperation as a driver sees it —
+//! the peer table and one protocol's search behind a handful of entry points that return what
+//! to do — and [`protocols`] maps each protocol's machine onto it, one file per protocol.
 
 pub mod carp;
 pub mod directory;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use meshcache_dcm::engine::{Miss, Progress, SearchProtocol, Send, Step};
 use meshcache_dcm::icp::{answer, Outcome};
+use meshcache_dcm::protocols::IcpSearch;
 use meshcache_dcm::{Hop, IcpMesh, PeerId, Reply, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
 
@@ -623,8 +624,9 @@ impl<'a> Sim<'a> {
             self.follow(job, Route::direct(), t);
             return;
         }
-        if self.fanout.is_some() && self.spec.protocol.name == Protocol::Icp {
-            // The aggregate model stands in for ICP's datagrams.
+        let icp = self.nodes[node as usize].engine.protocol::<IcpSearch>();
+        if self.fanout.is_some() && icp.is_some() {
+            // The aggregate model stands in for ICP's own search and its datagrams.
             crate::fanout::search(self, job, node, obj_ix, t);
             return;
         }

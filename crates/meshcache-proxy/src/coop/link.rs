@@ -170,22 +170,24 @@ impl Link {
         }
     }
 
-    /// Sends one ICP query for `url`, search `reqnum`, to `addr`.
-    pub(super) async fn send_query(&self, reqnum: u32, url: &str, addr: SocketAddr) {
+    /// Sends one ICP query for `url`, search `reqnum`, to each of `to`.
+    pub(super) async fn send_queries(&self, reqnum: u32, url: &str, to: &[SocketAddr]) {
         let Some(socket) = self.icp.get() else { return };
         let mut datagram = Vec::with_capacity(64 + url.len());
         if let Err(e) = icp::encode(&icp::Message::query(reqnum, url.as_bytes()), &mut datagram) {
             tracing::debug!(%url, error = %e, "URL cannot be sent by ICP");
             return;
         }
-        match socket.send_to(&datagram, addr).await {
-            Ok(_) => {
-                self.counters.queries_sent.fetch_add(1, Relaxed);
-                self.counters
-                    .bytes_sent
-                    .fetch_add(datagram.len() as u64, Relaxed);
+        for addr in to {
+            match socket.send_to(&datagram, addr).await {
+                Ok(_) => {
+                    self.counters.queries_sent.fetch_add(1, Relaxed);
+                    self.counters
+                        .bytes_sent
+                        .fetch_add(datagram.len() as u64, Relaxed);
+                }
+                Err(e) => tracing::debug!(%addr, error = %e, "ICP send failed"),
             }
-            Err(e) => tracing::debug!(%addr, error = %e, "ICP send failed"),
         }
     }
 }

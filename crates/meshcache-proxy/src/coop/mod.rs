@@ -11,7 +11,7 @@
 //! (building the engine, following searches). No protocol is named here but in building the
 //! engine ([`configured_search`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +19,7 @@ use std::time::Instant;
 use http::header::{self, HeaderMap};
 use meshcache_dcm::engine::{Engine, Miss, NoSearch, Progress, SearchProtocol, Send, Step};
 use meshcache_dcm::icp::Outcome;
+use meshcache_dcm::multicast::Destination;
 use meshcache_dcm::protocols::{CarpSearch, DigestSearch, IcpSearch, SummarySearch};
 use meshcache_dcm::{HierCode, Hop, IcpConfig, IcpMesh, PeerId, PeerSpec, Role, Route};
 use serde::Serialize;
@@ -238,23 +239,32 @@ impl Coop {
         }
     }
 
-    /// Sends a step's messages from the ICP socket.
+    /// Sends a step's messages from the ICP socket: each search's datagram encoded once for
+    /// all its destinations.
     async fn send(&self, url: &str, sends: Vec<Send>) {
-        let mut queries = Vec::new();
+        let mut queries: Vec<(u32, Vec<SocketAddr>)> = Vec::new();
+        let mut group: Vec<(u32, Vec<Destination>)> = Vec::new();
         let mut directory = Vec::new();
         for send in sends {
             match send {
-                Send::Query { reqnum, peer, addr } => queries.push((reqnum, peer, addr)),
-                Send::Multicast { reqnum, to } => {
-                    if let Some(m) = &self.multicast {
-                        multicast::send_queries(self, m, reqnum, url, &[to]).await;
-                    }
-                }
+                Send::Query { reqnum, addr, .. } => match queries.last_mut() {
+                    Some((n, to)) if *n == reqnum => to.push(addr),
+                    _ => queries.push((reqnum, vec![addr])),
+                },
+                Send::Multicast { reqnum, to } => match group.last_mut() {
+                    Some((n, all)) if *n == reqnum => all.push(to),
+                    _ => group.push((reqnum, vec![to])),
+                },
                 Send::Directory(out) => directory.push(out),
             }
         }
-        for (reqnum, _, addr) in queries {
-            self.send_query(reqnum, url, addr).await;
+        for (reqnum, to) in queries {
+            self.send_queries(reqnum, url, &to).await;
+        }
+        if let Some(m) = &self.multicast {
+            for (reqnum, to) in group {
+                multicast::send_queries(self, m, reqnum, url, &to).await;
+            }
         }
         if let (Some(d), false) = (&self.directory, directory.is_empty()) {
             directory::send_from(self, d, directory).await;
