@@ -26,12 +26,14 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use meshcache_dcm::engine::{Miss, Progress, SearchProtocol, Send, Step};
 use meshcache_dcm::icp::{answer, Outcome};
+use meshcache_dcm::multicast::Destination;
 use meshcache_dcm::protocols::IcpSearch;
 use meshcache_dcm::{Hop, IcpMesh, PeerId, Reply, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
 
-use crate::mesh::{self, icp_addr, Node, NodeIx};
+use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
 use crate::net::{icp_query_bytes, icp_reply_bytes, ns, wire, Link, UDP_IP};
+use crate::proto::{multicast, Cx, Effect, Msg};
 use crate::results::{Classified, Kind, Results, Traffic};
 use crate::spec::{Admission, IcpModel, Protocol, Replay, SimSpec};
 use crate::trace::Trace;
@@ -207,6 +209,8 @@ pub struct Sim<'a> {
     pub(crate) fanout: Option<crate::fanout::Fanout>,
     /// A store's events of the insert being handled (the buffer is reused).
     store_events: Vec<StoreEvent>,
+    /// What the protocols' upkeep asked for, being carried out (the buffer is reused).
+    effects: Vec<Effect>,
 }
 
 impl<'a> Sim<'a> {
@@ -277,13 +281,14 @@ impl<'a> Sim<'a> {
             fanout,
             proto,
             store_events: Vec::new(),
+            effects: Vec::new(),
         }
     }
 
     /// Runs the trace to the end (or until `control.stop` is set) and reports.
     pub fn run(mut self, control: Control<'_>) -> Results {
         let wall = Instant::now();
-        crate::proto::start(&mut self);
+        self.upkeep(crate::proto::start);
         let mut interrupted = false;
         if self.warming {
             for c in 0..self.warm_per_client.len() {
@@ -342,7 +347,7 @@ impl<'a> Sim<'a> {
             wall,
             interrupted,
         );
-        crate::proto::report(&self, &mut results);
+        self.upkeep(|cx| crate::proto::report(cx, &mut results));
         results
     }
 
@@ -555,7 +560,9 @@ impl<'a> Sim<'a> {
                 served,
                 node,
             } => self.client_done(req, issued, served, node, self.now),
-            Ev::Tick { node } | Ev::Timer { node } => crate::proto::on_tick(self, node),
+            Ev::Tick { node } | Ev::Timer { node } => {
+                self.upkeep(|cx| crate::proto::on_tick(cx, node));
+            }
             Ev::Http {
                 to,
                 from,
@@ -565,7 +572,7 @@ impl<'a> Sim<'a> {
                 let net = &self.spec.net;
                 let cost = ns(net.cpu_request) + ns(net.cpu_per_kib) * body.div_ceil(1024);
                 let t = self.cpu(to, self.now, cost);
-                crate::proto::on_message(self, to, from, msg, t);
+                self.upkeep(|cx| crate::proto::on_message(cx, to, from, msg, t));
             }
         }
     }
@@ -654,13 +661,13 @@ impl<'a> Sim<'a> {
                     self.send_icp_queries(node, obj, reqnum, &[(peer, addr)], t);
                 }
                 Send::Multicast { reqnum, to } => {
-                    crate::proto::send_multicast(self, node, obj, reqnum, to, t);
+                    self.send_multicast_query(node, obj, reqnum, to, t);
                 }
                 Send::Directory(out) => directory.push(out),
             }
         }
         if !directory.is_empty() {
-            crate::proto::send_directory(self, node, obj, directory, t);
+            self.upkeep(|cx| crate::proto::send_directory(cx, node, obj, directory, t));
         }
         self.start_search(job, node, step.reqnum, step.outcome, t);
     }
@@ -688,6 +695,119 @@ impl<'a> Sim<'a> {
                 Kind::IcpQuery,
                 Payload::IcpQuery { obj, reqnum },
             );
+        }
+    }
+
+    /// Sends the query of search `reqnum` for `obj` from `node` to `to` (the proxy's `multicast::send_queries`):
+    /// to the group, or to one member.
+    fn send_multicast_query(
+        &mut self,
+        node: NodeIx,
+        obj: u32,
+        reqnum: u32,
+        to: Destination,
+        t: u64,
+    ) {
+        let trace = self.trace;
+        let o = &trace.objects[obj as usize];
+        let bytes = multicast::query_len(&o.url);
+        let query = move || Msg::Multicast(multicast::McMsg::Query { obj, reqnum });
+        match to {
+            Destination::Group if self.fanout.is_some() => {
+                let holders = crate::fanout::group_query(self, node, obj);
+                let none = std::iter::empty();
+                let arrives = self.send_group(node, none, bytes, Kind::Multicast, query, t);
+                let reply = multicast::reply_len(&o.url);
+                if let Some(first) =
+                    crate::fanout::first_reply(self, node, &holders, arrives, reply)
+                {
+                    let payload = Payload::Proto(query());
+                    self.schedule(
+                        arrives,
+                        Ev::Datagram {
+                            to: first,
+                            from: node,
+                            payload,
+                        },
+                    );
+                }
+            }
+            Destination::Group => {
+                let everyone = self.nodes.len() as NodeIx;
+                let others = (0..everyone).filter(|&n| n != node);
+                self.send_group(node, others, bytes, Kind::Multicast, query, t);
+            }
+            Destination::Peer { addr, .. } => {
+                if let Some(to) = node_at(addr) {
+                    self.send_proto(node, to, bytes, Kind::Multicast, query(), t);
+                }
+            }
+        }
+    }
+
+    /// Lends the protocols' upkeep the simulation (`f` gets a [`Cx`]), then carries out what
+    /// it asked for, in order.
+    fn upkeep<R>(&mut self, f: impl FnOnce(&mut Cx<'_>) -> R) -> R {
+        let mut effects = std::mem::take(&mut self.effects);
+        let r = f(&mut Cx::new(
+            self.spec,
+            self.trace,
+            self.now,
+            self.base,
+            &mut self.nodes,
+            &mut self.proto,
+            &mut effects,
+        ));
+        for effect in effects.drain(..) {
+            self.apply(effect);
+        }
+        self.effects = effects;
+        r
+    }
+
+    /// Carries out one of the upkeep's effects.
+    fn apply(&mut self, effect: Effect) {
+        match effect {
+            Effect::Tick { node, at } => self.schedule(at, Ev::Tick { node }),
+            Effect::Timer { node, at } => self.schedule_timer(at, node),
+            Effect::Datagram {
+                node,
+                to,
+                bytes,
+                kind,
+                msg,
+                t,
+            } => self.send_proto(node, to, bytes, kind, msg, t),
+            Effect::Http {
+                node,
+                to,
+                body,
+                msg,
+                t,
+            } => self.send_http(node, to, body, msg, t),
+            Effect::Count { kind, bytes } => self.traffic.count(kind, bytes),
+            Effect::IcpQuery {
+                node,
+                obj,
+                reqnum,
+                peer,
+                t,
+            } => self.send_icp_queries(node, obj, reqnum, &[peer], t),
+            Effect::IcpReply {
+                node,
+                to,
+                obj,
+                reqnum,
+                reply,
+                counted,
+                t,
+            } => self.send_icp_reply(node, to, obj, reqnum, reply, counted, t),
+            Effect::Decided {
+                node,
+                reqnum,
+                route,
+                t,
+            } => self.decided(node, reqnum, route, t),
         }
     }
 
@@ -786,10 +906,10 @@ impl<'a> Sim<'a> {
                 let asker = n.engine.mesh_mut().on_query(icp_addr(from), n.is_parent);
                 let holding = n.holding(&o.key);
                 let kind = answer(asker, holding);
-                self.send_icp_reply(to, from, obj, reqnum, kind, t);
+                self.send_icp_reply(to, from, obj, reqnum, kind, Kind::IcpReply, t);
             }
             Payload::IcpReply { obj, reqnum, kind } => {
-                crate::proto::on_icp_reply(self, to, from, kind);
+                self.upkeep(|cx| crate::proto::on_icp_reply(cx, to, from, kind));
                 let at = self.at(self.now);
                 let url = &self.trace.objects[obj as usize].url;
                 let reply = Reply {
@@ -805,19 +925,23 @@ impl<'a> Sim<'a> {
                     self.progress(to, reqnum, progress, t);
                 }
             }
-            Payload::Proto(msg) => crate::proto::on_message(self, to, from, msg, t),
+            Payload::Proto(msg) => {
+                self.upkeep(|cx| crate::proto::on_message(cx, to, from, msg, t));
+            }
         }
     }
 
     /// Sends an ICP reply of `kind` for `obj` (search `reqnum`) from `node` to `to`, after
     /// `t` on its CPU.
-    pub(crate) fn send_icp_reply(
+    #[allow(clippy::too_many_arguments)]
+    fn send_icp_reply(
         &mut self,
         node: NodeIx,
         to: NodeIx,
         obj: u32,
         reqnum: u32,
         kind: ReplyKind,
+        counted: Kind,
         t: u64,
     ) {
         let bytes = icp_reply_bytes(self.trace.objects[obj as usize].url.len());
@@ -827,7 +951,7 @@ impl<'a> Sim<'a> {
             to,
             sent,
             bytes,
-            Kind::IcpReply,
+            counted,
             Payload::IcpReply { obj, reqnum, kind },
         );
     }
@@ -960,7 +1084,7 @@ impl<'a> Sim<'a> {
         }
         if served == Served::Refused {
             if let Some(peer) = current {
-                crate::proto::on_refused(self, node, peer, r.obj);
+                self.upkeep(|cx| crate::proto::on_refused(cx, node, peer, r.obj));
             }
             self.try_next(job, t);
             return;
@@ -978,7 +1102,7 @@ impl<'a> Sim<'a> {
                 f.stored(node, r.obj);
             }
         }
-        crate::proto::on_store_events(self, node, r.obj, &events, t);
+        self.upkeep(|cx| crate::proto::on_store_events(cx, node, r.obj, &events, t));
         self.store_events = events;
         let n = &mut self.nodes[node as usize];
         let followers = n.fetching.remove(&r.obj).unwrap_or_default();

@@ -29,8 +29,7 @@ use meshcache_store::StoreEvent;
 use meshcache_wire::directory::{DEFAULT_BATCH_LEN, KEY_LEN, NODE_ADDR_LEN};
 use meshcache_wire::icp::HEADER_LEN;
 
-use super::Msg;
-use crate::engine::{Ev, Sim};
+use super::{Cx, Msg};
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
 use crate::net::ns;
 use crate::results::Kind;
@@ -174,22 +173,16 @@ pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node]) -> Vec<DirNode> {
 }
 
 /// Before the first request: each leaf's renewal timer (the proxy's first is at `ttl / 2`).
-pub(crate) fn start(sim: &mut Sim<'_>) {
-    for node in 0..sim.proto.directory.len() {
-        let at = sim.proto.directory[node].renew_at;
-        sim.schedule_timer(at, node as NodeIx);
+pub(crate) fn start(cx: &mut Cx<'_>) {
+    for node in 0..cx.proto.directory.len() {
+        let at = cx.proto.directory[node].renew_at;
+        cx.timer(at, node as NodeIx);
     }
 }
 
 /// Sends what the directory of `node` asked for, from `t` on its CPU (`directory::encode`).
 /// `obj` is the object of the search messages among them (updates name keys).
-pub(crate) fn send(
-    sim: &mut Sim<'_>,
-    node: NodeIx,
-    obj: Option<u32>,
-    sends: Vec<Outgoing>,
-    t: u64,
-) {
+pub(crate) fn send(cx: &mut Cx<'_>, node: NodeIx, obj: Option<u32>, sends: Vec<Outgoing>, t: u64) {
     let me = icp_v4(node);
     for s in sends {
         match s {
@@ -210,7 +203,7 @@ pub(crate) fn send(
                     alpha,
                 };
                 let bytes = get_len(&url);
-                sim.send_proto(
+                cx.send_proto(
                     node,
                     node_of(to),
                     bytes,
@@ -234,7 +227,7 @@ pub(crate) fn send(
                     forwarded,
                     holders,
                 };
-                sim.send_proto(
+                cx.send_proto(
                     node,
                     node_of(to),
                     bytes,
@@ -254,19 +247,19 @@ pub(crate) fn send(
                     // Variant 2, the owner holds it too: answered from our store, straight to
                     // the requester.
                     if let Some(requester) = on_behalf_of {
-                        answer_query(sim, node, SocketAddr::V4(requester), obj, reqnum, t);
+                        answer_query(cx, node, SocketAddr::V4(requester), obj, reqnum, t);
                     }
                     continue;
                 }
                 match on_behalf_of {
                     None => {
-                        let peer = sim.nodes[node as usize]
+                        let peer = cx.nodes[node as usize]
                             .engine
                             .mesh()
                             .peer_at(SocketAddr::V4(to));
                         if let Some(peer) = peer {
                             let query = [(peer, SocketAddr::V4(to))];
-                            sim.send_icp_queries(node, obj, reqnum, &query, t);
+                            cx.send_icp_queries(node, obj, reqnum, &query, t);
                         }
                     }
                     Some(requester) => {
@@ -277,18 +270,18 @@ pub(crate) fn send(
                         };
                         let bytes = icp_query_len(&url);
                         let to = node_of(to);
-                        sim.send_proto(node, to, bytes, Kind::IcpQuery, Msg::Directory(msg), t);
+                        cx.send_proto(node, to, bytes, Kind::IcpQuery, Msg::Directory(msg), t);
                     }
                 }
             }
-            Outgoing::Add { to, keys } => send_batches(sim, node, true, node_of(to), &keys, t),
-            Outgoing::Del { to, keys } => send_batches(sim, node, false, node_of(to), &keys, t),
+            Outgoing::Add { to, keys } => send_batches(cx, node, true, node_of(to), &keys, t),
+            Outgoing::Del { to, keys } => send_batches(cx, node, false, node_of(to), &keys, t),
         }
     }
 }
 
 /// `DIR_ADD` (`add`) or `DIR_DEL` datagrams for `keys`, as many as `encode_batches` makes.
-fn send_batches(sim: &mut Sim<'_>, node: NodeIx, add: bool, to: NodeIx, keys: &[[u8; 16]], t: u64) {
+fn send_batches(cx: &mut Cx<'_>, node: NodeIx, add: bool, to: NodeIx, keys: &[[u8; 16]], t: u64) {
     let holder = icp_v4(node);
     for chunk in keys.chunks(KEYS_PER_DATAGRAM) {
         let msg = DirMsg::Update {
@@ -297,36 +290,36 @@ fn send_batches(sim: &mut Sim<'_>, node: NodeIx, add: bool, to: NodeIx, keys: &[
             keys: chunk.to_vec(),
         };
         let bytes = update_len(chunk.len());
-        sim.send_proto(node, to, bytes, Kind::Directory, Msg::Directory(msg), t);
+        cx.send_proto(node, to, bytes, Kind::Directory, Msg::Directory(msg), t);
     }
 }
 
 /// Our ICP answer to a query for `obj` (search `reqnum`) answered at `reply_to`, sent after
 /// `t` (`coop/icp.rs`'s `respond`, query branch, and `directory::holding_reply`).
 fn answer_query(
-    sim: &mut Sim<'_>,
+    cx: &mut Cx<'_>,
     node: NodeIx,
     reply_to: SocketAddr,
     obj: u32,
     reqnum: u32,
     t: u64,
 ) {
-    let trace = sim.trace;
-    let n = &mut sim.nodes[node as usize];
+    let trace = cx.trace;
+    let n = &mut cx.nodes[node as usize];
     let asker = n.engine.mesh_mut().on_query(reply_to, false);
     let holding = n.holding(&trace.objects[obj as usize].key);
     let kind = answer(asker, holding);
     let Some(to) = node_at(reply_to) else { return };
-    sim.send_icp_reply(node, to, obj, reqnum, kind, t);
+    cx.send_icp_reply(node, to, obj, reqnum, kind, Kind::IcpReply, t);
 }
 
 /// A directory datagram reached `to` (`directory::on_datagram`, and `coop/icp.rs`'s `respond` for a
 /// forwarded query).
-pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMsg, t: u64) {
-    let trace = sim.trace;
-    let at = sim.at(sim.now);
+pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: DirMsg, t: u64) {
+    let trace = cx.trace;
+    let at = cx.at(cx.now);
     let from_addr = icp_addr(from);
-    let Some((mesh, dir)) = sim.nodes[to as usize].engine.parts_mut::<Directory>() else {
+    let Some((mesh, dir)) = cx.nodes[to as usize].engine.parts_mut::<Directory>() else {
         // A node without a directory drops directory datagrams, and forwarded queries.
         return;
     };
@@ -350,7 +343,7 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
                 &o.url,
                 &o.key.0,
             );
-            send(sim, to, Some(obj), sends, t);
+            send(cx, to, Some(obj), sends, t);
         }
         DirMsg::Data {
             obj,
@@ -360,9 +353,9 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
         } => {
             let (sends, route) = dir.on_data(at, mesh, from_addr, reqnum, forwarded, &holders);
             if let Some(route) = route {
-                sim.decided(to, reqnum, route, t);
+                cx.decided(to, reqnum, route, t);
             }
-            send(sim, to, Some(obj), sends, t);
+            send(cx, to, Some(obj), sends, t);
         }
         DirMsg::Update { add, holder, keys } => {
             if dir.on_update(at, from_addr, holder, add, &keys) {
@@ -378,7 +371,7 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
         } => {
             // Honoured only when the sender and the requester are both members; else dropped.
             if let Some(reply_to) = dir.forwarded_reply_to(from_addr, requester) {
-                answer_query(sim, to, reply_to, obj, reqnum, t);
+                answer_query(cx, to, reply_to, obj, reqnum, t);
             }
         }
     }
@@ -387,14 +380,14 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: DirMs
 /// `node`'s fetch of `obj` ended and its store did `events`: the fetch is done, stored or
 /// not (`fetch_done`, at once, as the proxy calls it when the response comes), and the events
 /// wait for the next drain.
-pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, obj: u32, events: &[StoreEvent]) {
-    let trace = sim.trace;
-    let now = sim.now;
-    let at = sim.at(now);
-    let Some(d) = sim.proto.directory.get_mut(node as usize) else {
+pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, obj: u32, events: &[StoreEvent]) {
+    let trace = cx.trace;
+    let now = cx.now;
+    let at = cx.at(now);
+    let Some(d) = cx.proto.directory.get_mut(node as usize) else {
         return;
     };
-    let Some((_, dir)) = sim.nodes[node as usize].engine.parts_mut::<Directory>() else {
+    let Some((_, dir)) = cx.nodes[node as usize].engine.parts_mut::<Directory>() else {
         return;
     };
     let key = trace.objects[obj as usize].key;
@@ -408,20 +401,20 @@ pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, obj: u32, events:
     if pending && d.drain_at.is_none() {
         let due = now + DRAIN_INTERVAL_NS;
         d.drain_at = Some(due);
-        sim.schedule(due, Ev::Tick { node });
+        cx.tick(due, node);
     }
 }
 
 /// A timer of `node`: the drain of its store events, or the renewal of its whole store, or
 /// both (one round of `directory::run_updates`).
-pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
-    let now = sim.now;
-    let at = sim.at(now);
-    let half_ttl = ns(sim.spec.protocol.directory_ttl) / 2;
-    let Some(d) = sim.proto.directory.get_mut(node as usize) else {
+pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
+    let now = cx.now;
+    let at = cx.at(now);
+    let half_ttl = ns(cx.spec.protocol.directory_ttl) / 2;
+    let Some(d) = cx.proto.directory.get_mut(node as usize) else {
         return;
     };
-    let n = &mut sim.nodes[node as usize];
+    let n = &mut cx.nodes[node as usize];
     let Some((_, dir)) = n.engine.parts_mut::<Directory>() else {
         return;
     };
@@ -449,9 +442,9 @@ pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
     let renew_at = d.renew_at;
     let sends = dir.take_updates();
     if renewing {
-        sim.schedule_timer(renew_at, node);
+        cx.timer(renew_at, node);
     }
-    send(sim, node, None, sends, now);
+    send(cx, node, None, sends, now);
 }
 
 #[cfg(test)]

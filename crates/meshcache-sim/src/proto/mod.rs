@@ -5,25 +5,27 @@
 //! What is left here is what the protocols do besides searching, at the points the proxy does
 //! it: Summary Cache's and Cache Digests' exchange ([`summary`], with the peers' arrays shared
 //! between nodes, [`shared_arrays`]), the directory's messages and upkeep ([`directory`]),
-//! answering a multicast query and sending one ([`multicast`]), and CARP's rankings shared
-//! between nodes ([`carp`]).
+//! answering a multicast query ([`multicast`]), and CARP's rankings shared between nodes
+//! ([`carp`]). The upkeep never reaches into the engine: it gets a [`Cx`] and lists what to
+//! send and when to be woken as [`Effect`]s ([`cx`]).
 
 use meshcache_dcm::directory::Outgoing;
 use meshcache_dcm::engine::{NoSearch, SearchProtocol};
-use meshcache_dcm::multicast::Destination;
 use meshcache_dcm::protocols::{DigestSearch, IcpSearch, SummarySearch};
 use meshcache_dcm::{IcpMesh, PeerId, ReplyKind};
 use meshcache_store::StoreEvent;
 
-use crate::engine::Sim;
 use crate::mesh::{icp_addr, Node, NodeIx};
 use crate::spec::{Protocol, SimSpec};
 
 pub(crate) mod carp;
+mod cx;
 mod directory;
-mod multicast;
+pub(crate) mod multicast;
 mod shared_arrays;
 pub(crate) mod summary;
+
+pub(crate) use cx::{Cx, Effect};
 
 /// A protocol message between nodes.
 #[derive(Debug)]
@@ -67,10 +69,10 @@ impl State {
 }
 
 /// Before the first request: initial exchanges and timers.
-pub(crate) fn start(sim: &mut Sim<'_>) {
-    match sim.spec.protocol.name {
-        Protocol::Directory => directory::start(sim),
-        Protocol::Summary | Protocol::Digest => summary::start(sim),
+pub(crate) fn start(cx: &mut Cx<'_>) {
+    match cx.spec.protocol.name {
+        Protocol::Directory => directory::start(cx),
+        Protocol::Summary | Protocol::Digest => summary::start(cx),
         _ => {}
     }
 }
@@ -110,84 +112,72 @@ pub(crate) fn candidates(
 
 /// Sends a search's directory datagrams for `obj` from `node`, from `t` on its CPU.
 pub(crate) fn send_directory(
-    sim: &mut Sim<'_>,
+    cx: &mut Cx<'_>,
     node: NodeIx,
     obj: u32,
     sends: Vec<Outgoing>,
     t: u64,
 ) {
-    directory::send(sim, node, Some(obj), sends, t);
-}
-
-/// Sends a multicast query of search `reqnum` for `obj` from `node`.
-pub(crate) fn send_multicast(
-    sim: &mut Sim<'_>,
-    node: NodeIx,
-    obj: u32,
-    reqnum: u32,
-    to: Destination,
-    t: u64,
-) {
-    multicast::send_query(sim, node, obj, reqnum, to, t);
+    directory::send(cx, node, Some(obj), sends, t);
 }
 
 /// An ICP reply of `kind` reached `to` from `from`: with Summary Cache, which asks only the
 /// peers whose summary said "maybe", a MISS is a false hit of that summary.
-pub(crate) fn on_icp_reply(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, kind: ReplyKind) {
-    if sim.spec.protocol.name != Protocol::Summary
+pub(crate) fn on_icp_reply(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, kind: ReplyKind) {
+    if cx.spec.protocol.name != Protocol::Summary
         || !matches!(kind, ReplyKind::Miss | ReplyKind::MissNoFetch)
     {
         return;
     }
-    if let Some(peer) = sim.nodes[to as usize].engine.mesh().peer_at(icp_addr(from)) {
-        sim.proto.summary[to as usize].false_hit(peer);
+    if let Some(peer) = cx.nodes[to as usize].engine.mesh().peer_at(icp_addr(from)) {
+        cx.proto.summary[to as usize].false_hit(peer);
     }
 }
 
 /// A protocol message arrived.
-pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
+pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
     match msg {
-        Msg::Directory(m) => directory::on_message(sim, to, from, m, t),
-        Msg::Multicast(m) => multicast::on_message(sim, to, from, m, t),
-        Msg::Summary(m) => summary::on_message(sim, to, from, m, t),
+        Msg::Directory(m) => directory::on_message(cx, to, from, m, t),
+        Msg::Multicast(m) => multicast::on_message(cx, to, from, m, t),
+        Msg::Summary(m) => summary::on_message(cx, to, from, m, t),
     }
 }
 
 /// `peer` answered 504 to an `only-if-cached` request for `obj` (a false hit). A false
 /// directory entry changes nothing here, as in the proxy: the holder's `DIR_DEL` corrects it.
-pub(crate) fn on_refused(sim: &mut Sim<'_>, node: NodeIx, peer: PeerId, _obj: u32) {
-    if matches!(sim.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
-        summary::on_refused(sim, node, peer);
+pub(crate) fn on_refused(cx: &mut Cx<'_>, node: NodeIx, peer: PeerId, _obj: u32) {
+    if matches!(cx.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
+        summary::on_refused(cx, node, peer);
     }
 }
 
 /// `node` fetched `obj` and its store did `events` with it.
 pub(crate) fn on_store_events(
-    sim: &mut Sim<'_>,
+    cx: &mut Cx<'_>,
     node: NodeIx,
     obj: u32,
     events: &[StoreEvent],
     t: u64,
 ) {
-    match sim.spec.protocol.name {
-        Protocol::Directory => directory::on_store_events(sim, node, obj, events),
-        Protocol::Summary | Protocol::Digest => summary::on_store_events(sim, node, events, t),
+    match cx.spec.protocol.name {
+        Protocol::Directory => directory::on_store_events(cx, node, obj, events),
+        Protocol::Summary | Protocol::Digest => summary::on_store_events(cx, node, events, t),
         _ => {}
     }
 }
 
 /// A timer set by the protocol fired at `node`.
-pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
-    match sim.spec.protocol.name {
-        Protocol::Directory => directory::on_tick(sim, node),
-        Protocol::Summary | Protocol::Digest => summary::on_tick(sim, node),
+pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
+    match cx.spec.protocol.name {
+        Protocol::Directory => directory::on_tick(cx, node),
+        Protocol::Summary | Protocol::Digest => summary::on_tick(cx, node),
         _ => {}
     }
 }
 
 /// The protocols' own counters, added to the results of a run.
-pub(crate) fn report(sim: &Sim<'_>, results: &mut crate::results::Results) {
-    if matches!(sim.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
-        results.summary = Some(summary::report(&sim.proto.summary, sim.at(sim.now)));
+pub(crate) fn report(cx: &mut Cx<'_>, results: &mut crate::results::Results) {
+    if matches!(cx.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
+        results.summary = Some(summary::report(&cx.proto.summary, cx.at(cx.now)));
     }
 }

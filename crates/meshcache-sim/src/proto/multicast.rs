@@ -22,13 +22,11 @@
 //!
 //! Sizes are the proxy's datagrams': `meshcache_wire::multicast::query` and its ICP reply.
 
-use meshcache_dcm::multicast::{Answer, Destination, Multicast, MulticastConfig};
+use meshcache_dcm::multicast::{Answer, Multicast, MulticastConfig};
 use meshcache_dcm::ReplyKind;
 
-use super::Msg;
-use crate::engine::{Ev, Payload, Sim};
-use crate::mesh::{icp_addr, node_at, NodeIx};
-use crate::net::ns;
+use super::Cx;
+use crate::mesh::{icp_addr, NodeIx};
 use crate::results::Kind;
 use crate::spec::SimSpec;
 
@@ -60,58 +58,12 @@ pub(crate) fn machine(spec: &SimSpec) -> Multicast {
     Multicast::new(config, p.multicast_mode)
 }
 
-/// Sends the query of search `reqnum` for `obj` from `node` to `to` (`multicast::send_queries`):
-/// to the group, or to one member.
-pub(crate) fn send_query(
-    sim: &mut Sim<'_>,
-    node: NodeIx,
-    obj: u32,
-    reqnum: u32,
-    to: Destination,
-    t: u64,
-) {
-    let trace = sim.trace;
-    let o = &trace.objects[obj as usize];
-    let bytes = query_len(&o.url);
-    let query = move || Msg::Multicast(McMsg::Query { obj, reqnum });
-    match to {
-        Destination::Group if sim.fanout.is_some() => {
-            let holders = crate::fanout::group_query(sim, node, obj);
-            let none = std::iter::empty();
-            let arrives = sim.send_group(node, none, bytes, Kind::Multicast, query, t);
-            let reply = reply_len(&o.url);
-            if let Some(first) = crate::fanout::first_reply(sim, node, &holders, arrives, reply) {
-                let payload = Payload::Proto(query());
-                sim.schedule(
-                    arrives,
-                    Ev::Datagram {
-                        to: first,
-                        from: node,
-                        payload,
-                    },
-                );
-            }
-        }
-        Destination::Group => {
-            let everyone = sim.nodes.len() as NodeIx;
-            let others = (0..everyone).filter(|&n| n != node);
-            sim.send_group(node, others, bytes, Kind::Multicast, query, t);
-        }
-        Destination::Peer { addr, .. } => {
-            if let Some(to) = node_at(addr) {
-                sim.send_proto(node, to, bytes, Kind::Multicast, query(), t);
-            }
-        }
-    }
-}
-
 /// A multicast message reached `to` from `from` (`multicast::answer`): a member's query is
 /// answered `ICP_OP_HIT` when we hold the object, and not at all otherwise.
-pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: McMsg, t: u64) {
+pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: McMsg, t: u64) {
     let McMsg::Query { obj, reqnum } = msg;
-    let trace = sim.trace;
-    let url = &trace.objects[obj as usize].url;
-    let n = &mut sim.nodes[to as usize];
+    let trace = cx.trace;
+    let n = &mut cx.nodes[to as usize];
     let holding = n.holding(&trace.objects[obj as usize].key);
     let Some((mesh, m)) = n.engine.parts_mut::<Multicast>() else {
         return;
@@ -119,13 +71,7 @@ pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: McMsg
     if m.on_query(mesh, icp_addr(from), holding) != Answer::Hit {
         return;
     }
-    let sent = sim.cpu(to, t, ns(sim.spec.net.cpu_datagram));
-    let payload = Payload::IcpReply {
-        obj,
-        reqnum,
-        kind: ReplyKind::Hit,
-    };
-    sim.send_datagram(to, from, sent, reply_len(url), Kind::Multicast, payload);
+    cx.send_icp_reply(to, from, obj, reqnum, ReplyKind::Hit, Kind::Multicast, t);
 }
 
 #[cfg(test)]

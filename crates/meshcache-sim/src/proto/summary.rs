@@ -29,9 +29,10 @@
 //!   runs it as in the proxy. An ICP MISS from a queried peer, or a 504 from a digest's
 //!   sibling, is a false hit ([`NodeState::false_hit`]).
 //!
-//! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are
-//! [`Ev::Tick`]s (work a serial replay waits for); digest rebuilds, refreshes and retries after a refused summary
-//! are [`Ev::Timer`]s, which nothing waits for (the run ends when only they are left).
+//! Timers: `run_local`'s wake-ups and the checks that follow startup or a gap are ticks (work
+//! a serial replay waits for, [`Cx::tick`]); digest rebuilds, refreshes and retries after a
+//! refused summary are background timers ([`Cx::timer`]), which nothing waits for (the run ends
+//! when only they are left).
 //! Virtual time 0 is taken to fall on a whole second (HTTP dates have whole seconds).
 //!
 //! Not modelled: failed or timed-out fetches (`peer_response_timeout` × 2 in the proxy; here
@@ -52,7 +53,7 @@ use meshcache_summary::{DigestError, Hashing};
 use meshcache_wire::summary as wire;
 use meshcache_wire::WireError;
 
-use crate::engine::{Ev, Sim};
+use super::Cx;
 use crate::mesh::{self, icp_addr, Node, NodeIx};
 use crate::net::ns;
 use crate::results::{Kind, SummaryReport};
@@ -290,15 +291,15 @@ fn after(t: u64, every: u64) -> u64 {
 
 /// Before the first request: the first fetch check (every summary is wanted) and, with
 /// digests, the rebuild timer.
-pub(crate) fn start(sim: &mut Sim<'_>) {
-    let period = ns(sim.spec.protocol.digest_interval);
-    for node in 0..sim.nodes.len() as NodeIx {
-        if !sim.nodes[node as usize].peer_nodes.is_empty() {
-            set_check(sim, node, 0, false);
+pub(crate) fn start(cx: &mut Cx<'_>) {
+    let period = ns(cx.spec.protocol.digest_interval);
+    for node in 0..cx.nodes.len() as NodeIx {
+        if !cx.nodes[node as usize].peer_nodes.is_empty() {
+            set_check(cx, node, 0, false);
         }
-        if sim.spec.protocol.name == Protocol::Digest {
-            sim.proto.summary[node as usize].rebuild_at = Some(period);
-            sim.schedule_timer(period, node);
+        if cx.spec.protocol.name == Protocol::Digest {
+            cx.proto.summary[node as usize].rebuild_at = Some(period);
+            cx.timer(period, node);
         }
     }
 }
@@ -306,84 +307,83 @@ pub(crate) fn start(sim: &mut Sim<'_>) {
 /// `peer` answered 504 to `node`'s `only-if-cached` request. Digest routes list siblings only
 /// as digest hits (`CD_SIBLING_HIT`), so with digests that is a false hit; with summaries a
 /// sibling is tried after an ICP HIT, and its 504 is no false hit of the summary.
-pub(crate) fn on_refused(sim: &mut Sim<'_>, node: NodeIx, peer: PeerId) {
-    if sim.spec.protocol.name == Protocol::Digest {
-        sim.proto.summary[node as usize].false_hit(peer);
+pub(crate) fn on_refused(cx: &mut Cx<'_>, node: NodeIx, peer: PeerId) {
+    if cx.spec.protocol.name == Protocol::Digest {
+        cx.proto.summary[node as usize].false_hit(peer);
     }
 }
 
 /// `node`'s store did `events` (`Summaries::changed`): folded in now; `run_local` is woken
 /// when an update is due or the filter no longer fits the store.
-pub(crate) fn on_store_events(sim: &mut Sim<'_>, node: NodeIx, events: &[StoreEvent], t: u64) {
-    let summary = sim.spec.protocol.name == Protocol::Summary;
-    let s = &mut sim.proto.summary[node as usize];
+pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, events: &[StoreEvent], t: u64) {
+    let summary = cx.spec.protocol.name == Protocol::Summary;
+    let s = &mut cx.proto.summary[node as usize];
     for e in events {
         s.local.change(&e.key().0, e.is_admission());
     }
     let work = (summary && s.local.due()) || s.local.resize_to(s.min_capacity).is_some();
     if work && s.drain_at.is_none() {
         let at = if summary { t.max(s.next_update) } else { t };
-        set_drain(sim, node, at);
+        set_drain(cx, node, at);
     }
 }
 
 /// A summary message arrived at `to` (its CPU is done with it at `t`).
-pub(crate) fn on_message(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
+pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
     match msg {
-        Msg::Update(body) => on_update(sim, to, from, &body, t),
-        Msg::Fetch => serve(sim, to, from, t),
-        Msg::Fetched { body, expires } => fetched(sim, to, body, expires, t),
+        Msg::Update(body) => on_update(cx, to, from, &body, t),
+        Msg::Fetch => serve(cx, to, from, t),
+        Msg::Fetched { body, expires } => fetched(cx, to, body, expires, t),
     }
 }
 
 /// A timer of `node` fired: one of its rebuild, drain and fetch check that are due now (each
 /// due one has an event of its own, so none waits for another node's at the same instant:
 /// every rebuild set for a time comes before the fetches that time's checks make).
-pub(crate) fn on_tick(sim: &mut Sim<'_>, node: NodeIx) {
-    let now = sim.now;
-    let s = &mut sim.proto.summary[node as usize];
+pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
+    let now = cx.now;
+    let s = &mut cx.proto.summary[node as usize];
     if s.rebuild_at == Some(now) {
-        let period = ns(sim.spec.protocol.digest_interval);
+        let period = ns(cx.spec.protocol.digest_interval);
         s.publish(now, period);
         s.rebuild_at = Some(now + period);
-        sim.schedule_timer(now + period, node);
+        cx.timer(now + period, node);
     } else if s.drain_at == Some(now) {
-        drain(sim, node);
+        drain(cx, node);
     } else if s.check_at == Some(now) {
-        check(sim, node);
+        check(cx, node);
     }
 }
 
 /// Wants a drain tick at `at` (the earliest wanted wins; a later tick finds nothing due).
-fn set_drain(sim: &mut Sim<'_>, node: NodeIx, at: u64) {
-    let s = &mut sim.proto.summary[node as usize];
+fn set_drain(cx: &mut Cx<'_>, node: NodeIx, at: u64) {
+    let s = &mut cx.proto.summary[node as usize];
     if s.drain_at.is_none_or(|d| at < d) {
         s.drain_at = Some(at);
-        sim.schedule(at, Ev::Tick { node });
+        cx.tick(at, node);
     }
 }
 
 /// Wants a fetch check at `at`: as work, or in the background (a timer the run does not wait
 /// for).
-fn set_check(sim: &mut Sim<'_>, node: NodeIx, at: u64, background: bool) {
-    let s = &mut sim.proto.summary[node as usize];
+fn set_check(cx: &mut Cx<'_>, node: NodeIx, at: u64, background: bool) {
+    let s = &mut cx.proto.summary[node as usize];
     if s.check_at.is_none_or(|c| at < c) {
         s.check_at = Some(at);
-        let ev = if background {
-            Ev::Timer { node }
+        if background {
+            cx.timer(at, node);
         } else {
-            Ev::Tick { node }
-        };
-        sim.schedule(at, ev);
+            cx.tick(at, node);
+        }
     }
 }
 
 /// `run_local`'s loop body after a wake-up: sends the updates that are due and resizes the
 /// filter if the store outgrew it.
-fn drain(sim: &mut Sim<'_>, node: NodeIx) {
-    let now = sim.now;
-    let protocol = sim.spec.protocol.name;
-    let s = &mut sim.proto.summary[node as usize];
+fn drain(cx: &mut Cx<'_>, node: NodeIx) {
+    let now = cx.now;
+    let protocol = cx.spec.protocol.name;
+    let s = &mut cx.proto.summary[node as usize];
     s.drain_at = None;
     let updates = if protocol == Protocol::Summary && s.local.due() {
         s.local.take_updates()
@@ -393,22 +393,22 @@ fn drain(sim: &mut Sim<'_>, node: NodeIx) {
     if !updates.is_empty() {
         s.update_rounds += 1;
         s.next_update = now + UPDATE_SPACING;
-        send_updates(sim, node, &updates, now);
+        send_updates(cx, node, &updates, now);
     }
-    let s = &mut sim.proto.summary[node as usize];
+    let s = &mut cx.proto.summary[node as usize];
     if let Some(capacity) = s.local.resize_to(s.min_capacity) {
-        let store = &sim.nodes[node as usize].store;
+        let store = &cx.nodes[node as usize].store;
         s.local.rebuild(capacity, store.keys().map(|k| &k.0));
         if protocol == Protocol::Digest {
-            s.publish(now, ns(sim.spec.protocol.digest_interval));
+            s.publish(now, ns(cx.spec.protocol.digest_interval));
         }
     }
 }
 
 /// Sends each update to every peer we exchange summaries with (`send_updates`).
-fn send_updates(sim: &mut Sim<'_>, node: NodeIx, updates: &[wire::DirUpdate], t: u64) {
-    let spec = sim.spec;
-    let n = &sim.nodes[node as usize];
+fn send_updates(cx: &mut Cx<'_>, node: NodeIx, updates: &[wire::DirUpdate], t: u64) {
+    let spec = cx.spec;
+    let n = &cx.nodes[node as usize];
     let targets: Vec<NodeIx> = (0..n.peer_nodes.len())
         .filter(|&i| {
             exchanging(spec, n, PeerId(i)) && n.engine.mesh().peers()[i].spec.icp.is_some()
@@ -423,20 +423,20 @@ fn send_updates(sim: &mut Sim<'_>, node: NodeIx, updates: &[wire::DirUpdate], t:
         let bytes = datagram.len() as u64;
         let body = Body(datagram.into());
         for &to in &targets {
-            let s = &mut sim.proto.summary[node as usize];
+            let s = &mut cx.proto.summary[node as usize];
             s.updates_sent += 1;
             s.update_bytes_sent += bytes;
             let msg = crate::proto::Msg::Summary(Msg::Update(body.clone()));
-            sim.send_proto(node, to, bytes, Kind::Summary, msg, t);
+            cx.send_proto(node, to, bytes, Kind::Summary, msg, t);
         }
     }
 }
 
 /// An update datagram from `from` (`on_update_datagram`).
-fn on_update(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
-    let at = sim.at(t);
-    let n = &mut sim.nodes[to as usize];
-    let s = &mut sim.proto.summary[to as usize];
+fn on_update(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
+    let at = cx.at(t);
+    let n = &mut cx.nodes[to as usize];
+    let s = &mut cx.proto.summary[to as usize];
     let peer = n
         .engine
         .mesh()
@@ -452,23 +452,23 @@ fn on_update(sim: &mut Sim<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
         return;
     };
     n.engine.mesh_mut().heard_from(at, peer);
-    let shared = &mut sim.proto.summary_arrays;
+    let shared = &mut cx.proto.summary_arrays;
     let verdict = s
         .peers
         .on_update_with(at, peer, update, body.0.len() as u64, shared);
     if verdict == UpdateVerdict::Held {
         s.wanting.set(peer, true);
-        set_check(sim, to, after(t, FETCH_CHECK_INTERVAL), false);
+        set_check(cx, to, after(t, FETCH_CHECK_INTERVAL), false);
     }
 }
 
 /// A fetch check (`run_fetch`'s loop body): expired digests are wanted again, and what is due
 /// is fetched, one peer after the other.
-fn check(sim: &mut Sim<'_>, node: NodeIx) {
-    let now = sim.now;
-    let at = sim.at(now);
-    let spec = sim.spec;
-    let s = &mut sim.proto.summary[node as usize];
+fn check(cx: &mut Cx<'_>, node: NodeIx) {
+    let now = cx.now;
+    let at = cx.at(now);
+    let spec = cx.spec;
+    let s = &mut cx.proto.summary[node as usize];
     s.check_at = None;
     if s.fetching.is_some() {
         s.check_missed = true;
@@ -483,40 +483,40 @@ fn check(sim: &mut Sim<'_>, node: NodeIx) {
     let due = s.peers.fetch_due(at);
     let exchanging = &s.exchanging;
     s.queue.extend(due.into_iter().filter(|p| exchanging[p.0]));
-    next_fetch(sim, node, now);
+    next_fetch(cx, node, now);
 }
 
 /// Starts the next fetch of the check under way or, when none is left, plans the next check.
-fn next_fetch(sim: &mut Sim<'_>, node: NodeIx, t: u64) {
-    let s = &mut sim.proto.summary[node as usize];
+fn next_fetch(cx: &mut Cx<'_>, node: NodeIx, t: u64) {
+    let s = &mut cx.proto.summary[node as usize];
     if let Some(peer) = s.queue.pop_front() {
         s.fetching = Some(peer);
-        let to = sim.nodes[node as usize].peer_nodes[peer.0];
-        sim.send_http(node, to, 0, crate::proto::Msg::Summary(Msg::Fetch), t);
+        let to = cx.nodes[node as usize].peer_nodes[peer.0];
+        cx.send_http(node, to, 0, crate::proto::Msg::Summary(Msg::Fetch), t);
         return;
     }
     if std::mem::take(&mut s.check_missed) {
         // The checks missed while fetching come at once (tokio's `Burst`).
-        set_check(sim, node, t, false);
+        set_check(cx, node, t, false);
         return;
     }
     let retry = s.wanting.any();
     let refresh = s.refresh.first();
     if retry {
         // A refused summary, waiting for its back-off: try again at the next check.
-        set_check(sim, node, after(t, FETCH_CHECK_INTERVAL), true);
+        set_check(cx, node, after(t, FETCH_CHECK_INTERVAL), true);
     }
     if let Some(first) = refresh {
         // The first check at or after the earliest digest's refresh time.
         let at = first.div_ceil(FETCH_CHECK_INTERVAL) * FETCH_CHECK_INTERVAL;
-        set_check(sim, node, at.max(after(t, FETCH_CHECK_INTERVAL)), true);
+        set_check(cx, node, at.max(after(t, FETCH_CHECK_INTERVAL)), true);
     }
 }
 
 /// A peer asks for our whole summary or digest (`serve`).
-fn serve(sim: &mut Sim<'_>, node: NodeIx, to: NodeIx, t: u64) {
-    let s = &mut sim.proto.summary[node as usize];
-    let (body, expires, kind) = match sim.spec.protocol.name {
+fn serve(cx: &mut Cx<'_>, node: NodeIx, to: NodeIx, t: u64) {
+    let s = &mut cx.proto.summary[node as usize];
+    let (body, expires, kind) = match cx.spec.protocol.name {
         Protocol::Digest => match &s.published {
             Some((body, expires)) if s.local.filter().hashing() == Hashing::DIGEST => (
                 Some(body.clone()),
@@ -540,18 +540,18 @@ fn serve(sim: &mut Sim<'_>, node: NodeIx, to: NodeIx, t: u64) {
     if body.is_some() {
         s.served += 1;
         s.served_bytes += bytes;
-        sim.traffic.count(kind, bytes);
+        cx.count(kind, bytes);
     }
     let msg = crate::proto::Msg::Summary(Msg::Fetched { body, expires });
-    sim.send_http(node, to, bytes, msg, t);
+    cx.send_http(node, to, bytes, msg, t);
 }
 
 /// The response to our fetch arrived (`fetch_one`): installed or refused, then the next.
-fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<u64>, t: u64) {
-    let at = sim.at(t);
-    let period = ns(sim.spec.protocol.digest_interval);
-    let protocol = sim.spec.protocol.name;
-    let s = &mut sim.proto.summary[node as usize];
+fn fetched(cx: &mut Cx<'_>, node: NodeIx, body: Option<Body>, expires: Option<u64>, t: u64) {
+    let at = cx.at(t);
+    let period = ns(cx.spec.protocol.digest_interval);
+    let protocol = cx.spec.protocol.name;
+    let s = &mut cx.proto.summary[node as usize];
     let Some(peer) = s.fetching.take() else {
         return;
     };
@@ -562,7 +562,7 @@ fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<
         }
         Some(body) => {
             let bytes = body.0.len() as u64;
-            let shared = &mut sim.proto.summary_arrays;
+            let shared = &mut cx.proto.summary_arrays;
             if protocol == Protocol::Digest {
                 match shared.digest(&body.0) {
                     Ok(array) => {
@@ -609,7 +609,7 @@ fn fetched(sim: &mut Sim<'_>, node: NodeIx, body: Option<Body>, expires: Option<
             }
         }
     }
-    next_fetch(sim, node, t);
+    next_fetch(cx, node, t);
 }
 
 /// Every node's summary counters, summed.
