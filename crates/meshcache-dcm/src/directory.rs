@@ -126,6 +126,37 @@ impl DirectoryConfig {
     pub fn entries_in(memory: u64) -> usize {
         usize::try_from(memory).unwrap_or(usize::MAX) / ENTRY_BYTES
     }
+
+    /// Checks the settings a configuration gives (the proxy's and the simulator's alike): a
+    /// record's `ttl` and the `memory` of a member's share.
+    pub fn check(ttl: Duration, memory: u64) -> Result<(), BadSetting> {
+        if ttl < Duration::from_secs(1) {
+            return Err(BadSetting::Ttl);
+        }
+        if memory < ENTRY_BYTES as u64 {
+            return Err(BadSetting::Memory);
+        }
+        Ok(())
+    }
+}
+
+/// A directory setting that cannot work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadSetting {
+    /// Records would expire before they could be renewed.
+    Ttl,
+    /// Not even one entry fits.
+    Memory,
+}
+
+impl BadSetting {
+    /// Why, for the configuration's error message.
+    pub fn reason(self) -> &'static str {
+        match self {
+            BadSetting::Ttl => "must be at least 1s",
+            BadSetting::Memory => "must hold at least one entry (128 B)",
+        }
+    }
 }
 
 /// Memory for a member's share of the directory unless configured otherwise: 16 MiB, 131,072

@@ -961,14 +961,13 @@ impl Config {
                 "is above cooperation.icp_timeout_ceiling",
             );
         }
-        if c.directory_ttl < Duration::from_secs(1) {
-            return invalid("cooperation.directory_ttl", "must be at least 1s");
-        }
-        if c.directory_memory < meshcache_dcm::directory::ENTRY_BYTES as u64 {
-            return invalid(
-                "cooperation.directory_memory",
-                "must hold at least one entry (128 B)",
-            );
+        use meshcache_dcm::directory::{BadSetting, DirectoryConfig};
+        if let Err(bad) = DirectoryConfig::check(c.directory_ttl, c.directory_memory) {
+            let key = match bad {
+                BadSetting::Ttl => "cooperation.directory_ttl",
+                BadSetting::Memory => "cooperation.directory_memory",
+            };
+            return invalid(key, bad.reason());
         }
         let mut seen = std::collections::HashSet::new();
         for name in self.dns.hosts.keys() {

@@ -484,14 +484,13 @@ impl SimSpec {
         if p.digest_interval < Duration::from_secs(1) {
             return Err(bad("protocol.digest_interval", "must be at least 1s"));
         }
-        if p.directory_ttl < Duration::from_secs(1) {
-            return Err(bad("protocol.directory_ttl", "must be at least 1s"));
-        }
-        if p.directory_memory.as_u64() < meshcache_dcm::directory::ENTRY_BYTES as u64 {
-            return Err(bad(
-                "protocol.directory_memory",
-                "must hold at least one entry (128 B)",
-            ));
+        use meshcache_dcm::directory::{BadSetting, DirectoryConfig};
+        if let Err(why) = DirectoryConfig::check(p.directory_ttl, p.directory_memory.as_u64()) {
+            let key = match why {
+                BadSetting::Ttl => "protocol.directory_ttl",
+                BadSetting::Memory => "protocol.directory_memory",
+            };
+            return Err(bad(key, why.reason()));
         }
         if p.multicast_timeout_floor < Duration::from_millis(1) {
             return Err(bad(

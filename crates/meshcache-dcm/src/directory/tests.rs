@@ -527,3 +527,20 @@ fn non_hierarchical_requests_skip_the_directory() {
     assert!(s.sends.is_empty());
     assert_eq!(a.stats().searches, 0);
 }
+
+#[test]
+fn settings_that_cannot_work_are_named() {
+    let ok = DirectoryConfig::check(Duration::from_secs(1), ENTRY_BYTES as u64);
+    assert_eq!(ok, Ok(()));
+    assert_eq!(
+        DirectoryConfig::check(Duration::from_millis(999), DEFAULT_MEMORY),
+        Err(BadSetting::Ttl)
+    );
+    assert_eq!(
+        DirectoryConfig::check(Duration::from_secs(60), ENTRY_BYTES as u64 - 1),
+        Err(BadSetting::Memory)
+    );
+    assert!(BadSetting::Memory
+        .reason()
+        .contains(&format!("({ENTRY_BYTES} B)")));
+}
