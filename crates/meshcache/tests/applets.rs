@@ -499,9 +499,11 @@ async fn hostile_applets_are_stopped_counted_and_the_proxy_keeps_serving() {
     let origin = TestOrigin::start().await;
     origin.module("null");
     origin.route("/fine", &[("cacheapplet", "/applets/null.wasm")], "fine");
+    // The CPU budget is wall time on the epoch ticker: generous enough that on a loaded
+    // machine the balloon still meets its memory limit, and the flood its output limit, first.
     let p = node(|c| {
-        c.applets.cpu = Duration::from_millis(20);
-        c.applets.cpu_max = Duration::from_millis(50);
+        c.applets.cpu = Duration::from_millis(200);
+        c.applets.cpu_max = Duration::from_millis(500);
         c.applets.memory = 8 << 20;
         c.applets.max_output = 1 << 20;
     })
