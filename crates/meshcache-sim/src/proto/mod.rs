@@ -40,7 +40,8 @@ pub(crate) enum Msg {
 
 /// The protocols' per-node state.
 pub(crate) struct State {
-    /// Directory: each leaf's share of the directory (empty for other protocols).
+    /// Directory: each leaf's upkeep — events to drain, renewal (its share of the directory
+    /// is its engine's `Directory`; empty for other protocols).
     pub(crate) directory: Vec<directory::DirNode>,
     /// Summary Cache and Cache Digests: each node's summaries (empty for other protocols).
     pub(crate) summary: Vec<summary::NodeState>,
