@@ -1067,3 +1067,6 @@ fn decided(route: Route) -> DirSearch {
 
 #[cfg(test)]
 mod tests;
+mod upkeep;
+
+pub use upkeep::{Upkeep, DRAIN_INTERVAL};

@@ -231,7 +231,8 @@ impl<'a> Sim<'a> {
         protocol: impl FnMut(NodeIx, &IcpMesh) -> Box<dyn SearchProtocol>,
     ) -> Sim<'a> {
         let nodes = mesh::build(spec, protocol);
-        let proto = crate::proto::State::new(spec, &nodes, trace.objects.len());
+        let base = Instant::now();
+        let proto = crate::proto::State::new(spec, &nodes, trace.objects.len(), base);
         let fanout = (matches!(spec.protocol.name, Protocol::Icp | Protocol::Multicast)
             && spec.protocol.icp_model == IcpModel::Aggregate)
             .then(|| crate::fanout::Fanout::new(&nodes, trace.objects.len()));
@@ -252,7 +253,7 @@ impl<'a> Sim<'a> {
             spec,
             trace,
             nodes,
-            base: Instant::now(),
+            base,
             now: 0,
             seq: 0,
             queue: BinaryHeap::new(),

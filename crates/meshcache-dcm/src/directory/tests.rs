@@ -544,3 +544,55 @@ fn settings_that_cannot_work_are_named() {
         .reason()
         .contains(&format!("({ENTRY_BYTES} B)")));
 }
+
+/// The number of keys in `DIR_ADD` (`add`) or `DIR_DEL` messages among `sends`.
+fn keys_in(sends: &[Outgoing], add: bool) -> usize {
+    sends
+        .iter()
+        .map(|s| match (s, add) {
+            (Outgoing::Add { keys, .. }, true) | (Outgoing::Del { keys, .. }, false) => keys.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn upkeep_drains_a_burst_once_and_renews_the_whole_store() {
+    let (mut dir, _) = node(0, DirectoryConfig::default());
+    let start = Instant::now();
+    let ttl = Duration::from_secs(60);
+    let mut upkeep = Upkeep::new(start, ttl);
+    assert_eq!(upkeep.next_wake(), start + ttl / 2, "idle: only the renewal");
+    let (k1, k2) = (key_owned_by(1, 1), key_owned_by(2, 2));
+    let ms = Duration::from_millis;
+    // The first event of a burst sets the drain; the rest join it.
+    assert_eq!(
+        upkeep.note(start + ms(1), [(k1, true)], 0),
+        Some(start + ms(1) + DRAIN_INTERVAL)
+    );
+    assert_eq!(upkeep.note(start + ms(4), [(k2, true)], 0), None);
+    assert_eq!(upkeep.next_wake(), start + ms(11));
+    assert!(upkeep.wake(start + ms(5), &mut dir, Vec::new).is_none(), "not due yet");
+    let (sends, renewed) = upkeep
+        .wake(start + ms(11), &mut dir, Vec::new)
+        .expect("the drain");
+    assert!(!renewed);
+    assert_eq!(keys_in(&sends, true), 2, "{sends:?}");
+    assert_eq!(upkeep.next_wake(), start + ttl / 2);
+    // The renewal announces every key the store holds, and sets the next one.
+    let (sends, renewed) = upkeep
+        .wake(start + ttl / 2, &mut dir, || vec![k1, k2])
+        .expect("the renewal");
+    assert!(renewed);
+    assert_eq!(keys_in(&sends, true), 2);
+    assert_eq!(upkeep.renew_at(), start + ttl);
+    // Lost events: the next drain announces the store again.
+    let t = start + ttl / 2 + ms(1);
+    assert_eq!(upkeep.lost(t), Some(t + DRAIN_INTERVAL));
+    let (sends, renewed) = upkeep
+        .wake(t + DRAIN_INTERVAL, &mut dir, || vec![k1])
+        .expect("the resync");
+    assert!(!renewed);
+    assert_eq!(keys_in(&sends, true), 1);
+    assert_eq!(keys_in(&sends, false), 0);
+}

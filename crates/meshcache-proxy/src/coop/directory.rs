@@ -13,25 +13,20 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing};
+use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing, Upkeep};
 use meshcache_dcm::{PeerId, Role};
 use meshcache_store::{StoreEvent, StoreKey};
 use meshcache_wire::directory::{self as wire, DirMessage, HolderOp};
 use meshcache_wire::icp;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 use tokio::sync::Notify;
 
 use super::link::Link;
 use crate::config::Config;
 use crate::Shared;
-
-/// How long store events wait to be turned into directory updates once one arrives: short
-/// enough that an owner hears of a new copy before most requests for it, long enough to batch a
-/// burst. An idle node does not wake at all.
-const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 
 /// The directory upkeep of a node (the state machine is the engine's protocol).
 pub struct DirectoryState {
@@ -399,7 +394,9 @@ pub(crate) fn on_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) ->
     }
 }
 
-/// Follows the store: every admission and removal reaches the owner of the object's entry.
+/// Follows the store: every admission and removal reaches the owner of the object's entry,
+/// through dcm's [`Upkeep`] (drained 10 ms after the first event of a burst, the whole store
+/// announced again every `ttl / 2`, and after events were lost).
 pub(crate) async fn run_updates(
     shared: Arc<Shared>,
     mut events: tokio::sync::broadcast::Receiver<StoreEvent>,
@@ -408,74 +405,44 @@ pub(crate) async fn run_updates(
     let Some(d) = shared.coop.directory() else {
         return;
     };
-    // Holder records expire after the TTL: everything still stored is announced again at half
-    // of it, so a long-lived object stays listed.
-    let ttl = shared.config.cooperation.directory_ttl;
-    let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + ttl / 2, ttl / 2);
-    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut upkeep = Upkeep::new(Instant::now(), shared.config.cooperation.directory_ttl);
     loop {
+        let wake = tokio::time::Instant::from_std(upkeep.next_wake());
         // Asleep until there is something to do: a store event, an update queued by a miss's
-        // end, or the renewal.
-        let mut renewing = false;
-        let mut first = None;
-        let mut lagged = false;
+        // end, a drain or the renewal.
         tokio::select! {
             ev = events.recv() => match ev {
-                Ok(ev) => first = Some(ev),
-                Err(RecvError::Lagged(_)) => lagged = true,
+                Ok(ev) => {
+                    upkeep.note(Instant::now(), [(ev.key().0, ev.is_admission())], 0);
+                }
+                Err(RecvError::Lagged(_)) => {
+                    tracing::warn!(
+                        "directory upkeep fell behind the store; announcing the store again"
+                    );
+                    upkeep.lost(Instant::now());
+                }
                 Err(RecvError::Closed) => return,
             },
-            () = d.queued.notified() => {}
-            _ = renew.tick() => renewing = true,
-            _ = stop.changed() => return,
-        }
-        if !renewing {
-            // Let the burst this event starts gather before it goes out.
-            tokio::select! {
-                () = tokio::time::sleep(DRAIN_INTERVAL) => {}
-                _ = stop.changed() => return,
+            () = d.queued.notified() => {
+                upkeep.note(Instant::now(), [], 1);
             }
-        }
-        // The burst, taken from the channel before the machine is locked.
-        let mut burst: Vec<StoreEvent> = first.into_iter().collect();
-        while !lagged {
-            match events.try_recv() {
-                Ok(ev) => burst.push(ev),
-                Err(TryRecvError::Lagged(_)) => lagged = true,
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Closed) => return,
-            }
-        }
-        if lagged {
-            tracing::warn!("directory upkeep fell behind the store; announcing the store again");
-        }
-        let sends = shared.coop.with_protocol(|_, dir: &mut Directory| {
-            let now = Instant::now();
-            for ev in &burst {
-                follow(dir, now, ev);
-            }
-            if lagged || renewing {
-                // Some events were lost, or the records are due for renewal: announce
-                // everything the store holds again (adds are idempotent; a lost removal expires
-                // with its TTL).
-                for key in shared.cache.keys() {
-                    dir.on_admitted(now, key.0);
+            () = tokio::time::sleep_until(wake) => {
+                let woken = shared.coop.with_protocol(|_, dir: &mut Directory| {
+                    let keys = || shared.cache.keys().into_iter().map(|k| k.0);
+                    upkeep.wake(Instant::now(), dir, keys)
+                });
+                match woken {
+                    // No directory machine to keep.
+                    None => return,
+                    Some(None) => {}
+                    Some(Some((sends, _))) => {
+                        if !sends.is_empty() {
+                            send(&shared, sends).await;
+                        }
+                    }
                 }
             }
-            dir.take_updates()
-        });
-        let Some(sends) = sends else { return };
-        if !sends.is_empty() {
-            send(&shared, sends).await;
+            _ = stop.changed() => return,
         }
-    }
-}
-
-/// One store event, told to the directory.
-fn follow(dir: &mut Directory, now: Instant, ev: &StoreEvent) {
-    if ev.is_admission() {
-        dir.on_admitted(now, ev.key().0);
-    } else {
-        dir.on_removed(now, ev.key().0);
     }
 }

@@ -110,6 +110,11 @@ impl<'s> Cx<'s> {
         self.base + Duration::from_nanos(t)
     }
 
+    /// The virtual time (ns) of an `Instant` the dcm machines returned.
+    pub(crate) fn virtual_ns(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// A timer of `node` at `at`, as work.
     pub(crate) fn tick(&mut self, at: u64, node: NodeIx) {
         self.out.push(Effect::Tick { node, at });

@@ -9,7 +9,7 @@
 //! | `directory::encode`: candidate queries (a forwarded one names its requester), a forwarded query to ourselves answered from the store straight to the requester, updates cut into `encode_batches`' datagrams | [`send`] |
 //! | `coop/icp.rs`'s `respond`: a forwarded query is answered at `forwarded_reply_to` | [`on_message`] |
 //! | `service::relay_response` → `Directory::fetch_done` (stored or not) | [`on_store_events`] |
-//! | `directory::run_updates`: the store's events drained 10 ms after the first of a burst (`on_admitted` / `on_removed`, `take_updates`), and the whole store announced again every `ttl / 2` | [`on_store_events`], [`on_tick`] |
+//! | `directory::run_updates`: the store's events and wake-ups through dcm's `directory::Upkeep` (drained 10 ms after the first of a burst, the whole store announced again every `ttl / 2`) | [`on_store_events`], [`on_tick`] |
 //!
 //! Replies and deadlines go to the node's engine, which gives them to its `Directory`.
 //!
@@ -21,8 +21,9 @@
 //! counters count them.
 
 use std::net::{SocketAddr, SocketAddrV4};
+use std::time::Instant;
 
-use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing};
+use meshcache_dcm::directory::{Directory, DirectoryConfig, Member, Outgoing, Upkeep};
 use meshcache_dcm::icp::answer;
 use meshcache_dcm::{IcpMesh, PeerId, Role};
 use meshcache_store::StoreEvent;
@@ -31,13 +32,8 @@ use meshcache_wire::icp::HEADER_LEN;
 
 use super::{Cx, Msg};
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
-use crate::net::ns;
 use crate::results::Kind;
 use crate::spec::{Protocol, SimSpec};
-
-/// How long store events wait to become directory updates after the first of a burst: the
-/// proxy's `DRAIN_INTERVAL` (10 ms), in ns.
-pub(crate) const DRAIN_INTERVAL_NS: u64 = 10_000_000;
 
 /// Keys in one `DIR_ADD` / `DIR_DEL` datagram, as `encode_batches` packs them into
 /// [`DEFAULT_BATCH_LEN`] bytes.
@@ -77,14 +73,10 @@ pub(crate) enum DirMsg {
     },
 }
 
-/// A leaf's directory upkeep (its share of the directory is its engine's `Directory`).
+/// A leaf's directory upkeep, the proxy's machine (its share of the directory is its
+/// engine's `Directory`).
 pub(crate) struct DirNode {
-    /// Store events not drained yet: key, and admitted (true) or removed.
-    events: Vec<([u8; KEY_LEN], bool)>,
-    /// When the drain that takes `events` is due.
-    drain_at: Option<u64>,
-    /// When the whole store is next announced again.
-    renew_at: u64,
+    upkeep: Upkeep,
 }
 
 /// `DIR_GET` bytes for `url`.
@@ -156,18 +148,16 @@ pub(crate) fn directory(spec: &SimSpec, node: NodeIx, mesh: &IcpMesh) -> Directo
 
 /// Every leaf's directory upkeep (none for parents, which never search), or nothing when the
 /// protocol is another.
-pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node]) -> Vec<DirNode> {
+pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node], start: Instant) -> Vec<DirNode> {
     if spec.protocol.name != Protocol::Directory {
         return Vec::new();
     }
-    let half_ttl = ns(spec.protocol.directory_ttl) / 2;
+    let ttl = spec.protocol.directory_ttl;
     nodes
         .iter()
         .take_while(|n| !n.is_parent)
         .map(|_| DirNode {
-            events: Vec::new(),
-            drain_at: None,
-            renew_at: half_ttl,
+            upkeep: Upkeep::new(start, ttl),
         })
         .collect()
 }
@@ -175,7 +165,7 @@ pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node]) -> Vec<DirNode> {
 /// Before the first request: each leaf's renewal timer (the proxy's first is at `ttl / 2`).
 pub(crate) fn start(cx: &mut Cx<'_>) {
     for node in 0..cx.proto.directory.len() {
-        let at = cx.proto.directory[node].renew_at;
+        let at = cx.virtual_ns(cx.proto.directory[node].upkeep.renew_at());
         cx.timer(at, node as NodeIx);
     }
 }
@@ -393,14 +383,11 @@ pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, obj: u32, events: &
     let key = trace.objects[obj as usize].key;
     let stored = events.iter().any(|e| e.is_admission() && e.key() == key);
     dir.fetch_done(at, key.0, stored);
-    d.events
-        .extend(events.iter().map(|e| (e.key().0, e.is_admission())));
-    // The proxy drains 10 ms after there is something to drain (an event, or an optimistic
-    // entry `fetch_done` took back), and sleeps while there is nothing.
-    let pending = !d.events.is_empty() || dir.queued_updates() > 0;
-    if pending && d.drain_at.is_none() {
-        let due = now + DRAIN_INTERVAL_NS;
-        d.drain_at = Some(due);
+    // A drain 10 ms after there is something to drain (an event, or an optimistic entry
+    // `fetch_done` took back); nothing while there is nothing.
+    let changes = events.iter().map(|e| (e.key().0, e.is_admission()));
+    if let Some(due) = d.upkeep.note(at, changes, dir.queued_updates()) {
+        let due = cx.virtual_ns(due);
         cx.tick(due, node);
     }
 }
@@ -410,7 +397,6 @@ pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, obj: u32, events: &
 pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
     let now = cx.now;
     let at = cx.at(now);
-    let half_ttl = ns(cx.spec.protocol.directory_ttl) / 2;
     let Some(d) = cx.proto.directory.get_mut(node as usize) else {
         return;
     };
@@ -418,30 +404,14 @@ pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
     let Some((_, dir)) = n.engine.parts_mut::<Directory>() else {
         return;
     };
-    let draining = d.drain_at == Some(now);
-    let renewing = now >= d.renew_at;
-    if !draining && !renewing {
-        // A drain already done by a renewal.
+    let store = &n.store;
+    // Nothing due: a drain already done by a renewal.
+    let Some((sends, renewed)) = d.upkeep.wake(at, dir, || store.keys().map(|k| k.0)) else {
         return;
-    }
-    d.drain_at = None;
-    for (key, admitted) in d.events.drain(..) {
-        if admitted {
-            dir.on_admitted(at, key);
-        } else {
-            dir.on_removed(at, key);
-        }
-    }
-    if renewing {
-        // Records expire after the TTL: everything still stored is announced again.
-        d.renew_at += half_ttl;
-        for key in n.store.keys() {
-            dir.on_admitted(at, key.0);
-        }
-    }
-    let renew_at = d.renew_at;
-    let sends = dir.take_updates();
-    if renewing {
+    };
+    let renew_at = d.upkeep.renew_at();
+    if renewed {
+        let renew_at = cx.virtual_ns(renew_at);
         cx.timer(renew_at, node);
     }
     send(cx, node, None, sends, now);
@@ -538,7 +508,7 @@ mod tests {
         let nodes = mesh::build(&spec, |node, mesh| {
             super::super::search_protocol(&spec, node, mesh)
         });
-        let state = new_state(&spec, &nodes);
+        let state = new_state(&spec, &nodes, Instant::now());
         assert_eq!(state.len(), 3);
         let dir = |n: usize| nodes[n].engine.protocol::<Directory>();
         assert_eq!(dir(1).map(|d| d.members().len()), Some(2));
@@ -550,6 +520,6 @@ mod tests {
             "the proxy's default budget"
         );
         spec.protocol.name = Protocol::Icp;
-        assert!(new_state(&spec, &nodes).is_empty());
+        assert!(new_state(&spec, &nodes, Instant::now()).is_empty());
     }
 }

@@ -9,6 +9,8 @@
 //! ([`carp`]). The upkeep never reaches into the engine: it gets a [`Cx`] and lists what to
 //! send and when to be woken as [`Effect`]s ([`cx`]).
 
+use std::time::Instant;
+
 use meshcache_dcm::directory::Outgoing;
 use meshcache_dcm::engine::{NoSearch, SearchProtocol};
 use meshcache_dcm::protocols::{DigestSearch, IcpSearch, SummarySearch};
@@ -53,10 +55,10 @@ pub(crate) struct State {
 
 impl State {
     /// The state `spec`'s protocol needs for `nodes`.
-    pub(crate) fn new(spec: &SimSpec, nodes: &[Node], objects: usize) -> State {
+    pub(crate) fn new(spec: &SimSpec, nodes: &[Node], objects: usize, start: Instant) -> State {
         State {
             carp: carp::Rankings::new(nodes, objects),
-            directory: directory::new_state(spec, nodes),
+            directory: directory::new_state(spec, nodes, start),
             summary: match spec.protocol.name {
                 Protocol::Summary | Protocol::Digest => (0..)
                     .zip(nodes)
