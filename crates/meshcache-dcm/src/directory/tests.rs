@@ -562,7 +562,11 @@ fn upkeep_drains_a_burst_once_and_renews_the_whole_store() {
     let start = Instant::now();
     let ttl = Duration::from_secs(60);
     let mut upkeep = Upkeep::new(start, ttl);
-    assert_eq!(upkeep.next_wake(), start + ttl / 2, "idle: only the renewal");
+    assert_eq!(
+        upkeep.next_wake(),
+        start + ttl / 2,
+        "idle: only the renewal"
+    );
     let (k1, k2) = (key_owned_by(1, 1), key_owned_by(2, 2));
     let ms = Duration::from_millis;
     // The first event of a burst sets the drain; the rest join it.
@@ -572,7 +576,10 @@ fn upkeep_drains_a_burst_once_and_renews_the_whole_store() {
     );
     assert_eq!(upkeep.note(start + ms(4), [(k2, true)], 0), None);
     assert_eq!(upkeep.next_wake(), start + ms(11));
-    assert!(upkeep.wake(start + ms(5), &mut dir, Vec::new).is_none(), "not due yet");
+    assert!(
+        upkeep.wake(start + ms(5), &mut dir, Vec::new).is_none(),
+        "not due yet"
+    );
     let (sends, renewed) = upkeep
         .wake(start + ms(11), &mut dir, Vec::new)
         .expect("the drain");
