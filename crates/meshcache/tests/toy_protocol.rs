@@ -140,12 +140,15 @@ fn the_simulator_runs_it_too() {
         .collect();
     let trace = Trace::new(&requests, 0, 1);
     let stop = AtomicBool::new(false);
-    let control = || Control {
+    let (mut quiet, mut quiet_too) = (|_| {}, |_| {});
+    let toy = Sim::with_protocol(&spec, &trace, |_, _| Box::new(OneSibling)).run(Control {
         stop: &stop,
-        progress: Box::leak(Box::new(|_| {})),
-    };
-    let toy = Sim::with_protocol(&spec, &trace, |_, _| Box::new(OneSibling)).run(control());
-    let icp = Sim::new(&spec, &trace).run(control());
+        progress: &mut quiet,
+    });
+    let icp = Sim::new(&spec, &trace).run(Control {
+        stop: &stop,
+        progress: &mut quiet_too,
+    });
     let misses = |r: &meshcache_sim::Results| r.answered.requests - r.answered.local_hits;
     assert_eq!(misses(&toy), 120, "no request hits locally");
     assert_eq!(toy.traffic.icp_queries, 120, "one query per miss");
