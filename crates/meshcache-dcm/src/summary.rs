@@ -38,6 +38,7 @@ use crate::icp::{IcpMesh, Search};
 use crate::peer::{PeerId, Role};
 use crate::select::{Hop, Route};
 
+pub mod exchange;
 pub mod pace;
 
 /// The paper's default share of changed documents that triggers an update (1 %).
@@ -478,6 +479,18 @@ struct PeerSummary {
 }
 
 impl PeerSummary {
+    /// Sets `want_full`, keeping `wanted` (the count of peers with it set) true.
+    fn want(&mut self, flag: bool, wanted: &mut usize) {
+        if self.want_full != flag {
+            self.want_full = flag;
+            if flag {
+                *wanted += 1;
+            } else {
+                *wanted -= 1;
+            }
+        }
+    }
+
     fn set_array(&mut self, array: Option<Arc<BloomArray>>) {
         self.formula_fp_rate = array.as_deref().map_or(0.0, BloomArray::formula_fp_rate);
         self.array = array;
@@ -530,6 +543,8 @@ const MAX_HELD: usize = 256;
 #[derive(Debug)]
 pub struct PeerSummaries {
     peers: Vec<PeerSummary>,
+    /// How many peers' whole summary is wanted.
+    wanted: usize,
     /// The shortest wait between two full fetches from one peer.
     min_interval: Duration,
 }
@@ -569,6 +584,7 @@ impl PeerSummaries {
                     ..PeerSummary::default()
                 })
                 .collect(),
+            wanted: peers,
             min_interval,
         }
     }
@@ -659,7 +675,7 @@ impl PeerSummaries {
         p.set_array(Some(array));
         p.seq = seq;
         p.received = Some(now);
-        p.want_full = false;
+        p.want(false, &mut self.wanted);
         p.failures = 0;
         p.stats.full_fetches += 1;
         p.stats.full_bytes += bytes;
@@ -721,7 +737,7 @@ impl PeerSummaries {
         if p.want_full || !follows {
             if !p.want_full {
                 p.stats.gaps += 1;
-                p.want_full = true;
+                p.want(true, &mut self.wanted);
             }
             if p.held.len() < MAX_HELD {
                 p.held.push(update);
@@ -752,7 +768,7 @@ impl PeerSummaries {
             p.set_array(None);
             p.seq = None;
         }
-        p.want_full = true;
+        p.want(true, &mut self.wanted);
         p.failures = p.failures.saturating_add(1);
         let backoff = self.min_interval * 2u32.saturating_pow(p.failures.min(6));
         p.next_fetch = Some(now + backoff);
@@ -777,8 +793,13 @@ impl PeerSummaries {
     /// peer restarted).
     pub fn want_full(&mut self, peer: PeerId) {
         if let Some(p) = self.peers.get_mut(peer.0) {
-            p.want_full = true;
+            p.want(true, &mut self.wanted);
         }
+    }
+
+    /// Whether some peer's whole summary is wanted (fetched, refused or not yet due again).
+    pub fn any_wanted(&self) -> bool {
+        self.wanted > 0
     }
 
     /// Whether we hold a summary of `peer`.

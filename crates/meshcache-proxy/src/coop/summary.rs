@@ -1,5 +1,6 @@
-//! The summary driver: runs `meshcache-dcm`'s summary machines (Summary Cache and Cache
-//! Digests) with the store-event stream, the ICP socket and HTTP.
+//! The summary driver: runs `meshcache-dcm`'s summary exchange (Summary Cache and Cache
+//! Digests: its [`Sender`] and [`Receiver`], which hold the rules) with the store-event
+//! stream, the ICP socket, HTTP and tokio's timers.
 //!
 //! - [`Summaries`] follows the store (it is the cache's [`StoreFollower`]): every admission,
 //!   eviction and invalidation reaches our counting filter as the store makes it, under the
@@ -21,7 +22,6 @@
 //!   any host, or absolute with our own name or address and port) and
 //!   `/meshcache-internal/summary` (the whole Summary Cache array).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
@@ -31,12 +31,12 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
-use meshcache_dcm::summary::pace::{self, FETCH_CHECK_INTERVAL, INBOX_IDLE, UPDATE_SPACING};
-use meshcache_dcm::summary::{add_all, LocalSummary, PeerSummaries, Rejection, UpdateVerdict};
+use meshcache_dcm::summary::exchange::{exchanges, Flavor, Receiver, Sender, Settings};
+use meshcache_dcm::summary::pace::{FETCH_CHECK_INTERVAL, INBOX_IDLE};
+use meshcache_dcm::summary::{add_all, InPlace, UpdateVerdict};
 use meshcache_dcm::PeerId;
 use meshcache_store::StoreEvent;
-use meshcache_summary::{CacheDigest, Hashing};
-use meshcache_wire::summary as wire;
+use meshcache_summary::Hashing;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 
@@ -58,30 +58,23 @@ const INBOX_BUFFER: usize = 2048;
 /// The largest summary body we accept from a peer.
 const MAX_SUMMARY_BODY: usize = 64 << 20;
 
-/// The digest we serve: its bytes and times.
-struct Published {
-    body: Bytes,
-    built: SystemTime,
-    expires: SystemTime,
-}
-
 /// Our own summary, and while a rebuild is under way, the store's changes since the snapshot
 /// of keys it is built from (replayed onto the new filter when it is installed).
 struct Local {
-    summary: LocalSummary,
+    sender: Sender,
     since_snapshot: Option<Vec<([u8; 16], bool)>>,
 }
 
 impl std::ops::Deref for Local {
-    type Target = LocalSummary;
-    fn deref(&self) -> &LocalSummary {
-        &self.summary
+    type Target = Sender;
+    fn deref(&self) -> &Sender {
+        &self.sender
     }
 }
 
 impl std::ops::DerefMut for Local {
-    fn deref_mut(&mut self) -> &mut LocalSummary {
-        &mut self.summary
+    fn deref_mut(&mut self) -> &mut Sender {
+        &mut self.sender
     }
 }
 
@@ -104,16 +97,11 @@ pub struct SummaryCounters {
 
 /// The summary state of a node.
 pub struct Summaries {
-    protocol: Protocol,
+    flavor: Flavor,
+    /// Ours: written by the store's events (under the store's lock), read by [`run_local`].
     local: Mutex<Local>,
-    peers: Mutex<PeerSummaries>,
-    /// Per peer: do we exchange summaries with it (not `no_digest`; `summary` needs its ICP).
-    exchanging: Vec<bool>,
-    published: Mutex<Option<Published>>,
-    /// Digests: when each peer's digest should be fetched again.
-    refresh: Mutex<HashMap<usize, Instant>>,
-    /// The smallest capacity the filter is sized to (from the store's byte budget).
-    min_capacity: u32,
+    /// Our peers': read by every lookup.
+    peers: Mutex<Receiver>,
     /// Wakes [`run_local`]: an update is due, or the filter needs resizing.
     wake: Notify,
     /// Set when `wake` was notified and [`run_local`] has not looked yet (one wake-up per job).
@@ -137,50 +125,42 @@ impl Summaries {
         if !c.protocol.uses_summaries() {
             return None;
         }
-        let store_bytes =
-            config.store.memory + config.store.disks.iter().map(|d| d.size).sum::<u64>();
-        let min_capacity = pace::min_capacity(store_bytes);
-        let capacity = if c.summary_capacity > 0 {
-            c.summary_capacity
-        } else {
-            min_capacity
+        let flavor = match c.protocol {
+            Protocol::Digest => Flavor::Digest,
+            _ => Flavor::Summary,
         };
-        let hashing = Hashing::with_functions(c.summary_hash_functions).unwrap_or(Hashing::DIGEST);
+        let settings = Settings {
+            flavor,
+            capacity: c.summary_capacity,
+            store_bytes: config.store.memory
+                + config.store.disks.iter().map(|d| d.size).sum::<u64>(),
+            bits_per_entry: c.summary_bits_per_entry,
+            hash_functions: c.summary_hash_functions,
+            threshold: c.summary_threshold,
+            digest_period: c.digest_rebuild_period,
+        };
         let first_seq = {
             let t = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or_default();
             (t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(16) ^ std::process::id()) | 1
         };
-        let mut local = LocalSummary::new(
-            capacity,
-            c.summary_bits_per_entry,
-            hashing,
-            c.summary_threshold,
-            first_seq,
-        );
-        if let IpAddr::V4(ip) = c.icp_listen.ip() {
-            local.set_sender(ip);
-        }
+        let sender = match c.icp_listen.ip() {
+            IpAddr::V4(ip) => Some(ip),
+            IpAddr::V6(_) => None,
+        };
         let exchanging = config
             .peers
             .iter()
-            .map(|p| !p.no_digest && (c.protocol != Protocol::Summary || p.icp.is_some()))
+            .map(|p| exchanges(flavor, p.no_digest, p.icp.is_some()))
             .collect();
         let summaries = Summaries {
-            protocol: c.protocol,
+            flavor,
             local: Mutex::new(Local {
-                summary: local,
+                sender: Sender::new(&settings, first_seq, sender),
                 since_snapshot: None,
             }),
-            peers: Mutex::new(PeerSummaries::new(
-                config.peers.len(),
-                pace::MIN_FETCH_INTERVAL,
-            )),
-            exchanging,
-            published: Mutex::new(None),
-            refresh: Mutex::new(HashMap::new()),
-            min_capacity,
+            peers: Mutex::new(Receiver::new(&settings, exchanging)),
             wake: Notify::new(),
             woken: AtomicBool::new(false),
             inbox: OnceLock::new(),
@@ -191,14 +171,14 @@ impl Summaries {
         };
         // The (empty) digest is there from the first request on, not from the first tick of
         // the task that follows the store.
-        summaries.publish(c.digest_rebuild_period);
+        summaries.publish();
         Some(summaries)
     }
 
     /// Binds our update inbox on `ip` (summary protocol). Without one (an error, which is
     /// logged), peers send our updates to the ICP port as before.
     pub(crate) fn bind_inbox(&self, ip: IpAddr) {
-        if self.protocol != Protocol::Summary || ip.is_unspecified() {
+        if self.flavor != Flavor::Summary || ip.is_unspecified() {
             return;
         }
         let bound = std::net::UdpSocket::bind(SocketAddr::new(ip, 0))
@@ -254,12 +234,12 @@ impl Summaries {
 
     /// Whether we exchange summaries with `peer`.
     pub fn exchanging(&self, peer: PeerId) -> bool {
-        self.exchanging.get(peer.0).copied().unwrap_or(false)
+        self.peers.lock().exchanging(peer)
     }
 
     /// Peers whose summary may hold `key` (counted as lookups).
     pub fn candidates(&self, key: &[u8; 16]) -> Vec<PeerId> {
-        self.peers.lock().candidates(key, |p| self.exchanging(p))
+        self.peers.lock().candidates(key)
     }
 
     /// A peer did not have what its summary promised.
@@ -271,12 +251,13 @@ impl Summaries {
     pub fn report(&self, names: &[String]) -> serde_json::Value {
         let now = Instant::now();
         let local = self.local.lock();
-        let f = local.filter();
+        let f = local.summary().filter();
         let entries = f.entries();
         let bits = f.bits();
         let set = (0..bits).filter(|&b| f.is_set(b)).count() as u64;
         let fill = set as f64 / bits.max(1) as f64;
-        let peers = self.peers.lock();
+        let receiver = self.peers.lock();
+        let peers = receiver.peers();
         let reports: Vec<serde_json::Value> = peers
             .reports(now)
             .into_iter()
@@ -290,7 +271,7 @@ impl Summaries {
             })
             .collect();
         serde_json::json!({
-            "protocol": match self.protocol { Protocol::Digest => "digest", _ => "summary" },
+            "protocol": match self.flavor { Flavor::Digest => "digest", Flavor::Summary => "summary" },
             "local": {
                 "entries": entries,
                 "capacity": f.capacity(),
@@ -302,8 +283,8 @@ impl Summaries {
                 "counter_bytes": f.memory(),
                 "counter_bytes_per_object": if entries > 0 { f.memory() as f64 / entries as f64 } else { 0.0 },
                 "saturated_counters": f.saturated(),
-                "changed_since_update": local.changed_docs(),
-                "updates": local.stats(),
+                "changed_since_update": local.summary().changed_docs(),
+                "updates": local.summary().stats(),
             },
             "peer_memory_bytes": peers.memory(),
             "updates_sent": self.counters.updates_sent.load(Relaxed),
@@ -318,14 +299,8 @@ impl Summaries {
     }
 
     /// Rebuilds the digest we serve from the counting filter.
-    fn publish(&self, period: Duration) {
-        let digest = self.local.lock().digest();
-        let built = SystemTime::now();
-        *self.published.lock() = Some(Published {
-            body: Bytes::from(digest.encode()),
-            built,
-            expires: built + period,
-        });
+    fn publish(&self) {
+        self.local.lock().publish(SystemTime::now());
     }
 }
 
@@ -342,8 +317,7 @@ impl StoreFollower for Summaries {
                 since.push((key, admitted));
             }
         }
-        let work = (self.protocol == Protocol::Summary && local.due())
-            || local.resize_to(self.min_capacity).is_some();
+        let work = local.has_work();
         drop(local);
         if work && !self.woken.swap(true, Relaxed) {
             self.wake.notify_one();
@@ -362,10 +336,9 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     // rebuilt as soon as the rebuild is over, not a whole period later (as Squid does). Asked
     // before the first digest is built, so a rebuild that ends in between is not missed.
     let mut disks_rebuilding = !shared.cache.disks_rebuilt();
-    s.publish(period);
+    s.publish();
     let mut rebuild = tokio::time::interval(period);
     rebuild.tick().await;
-    let mut next_update = tokio::time::Instant::now();
     let mut idle = tokio::time::interval(INBOX_IDLE);
     idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut rebuild_check = tokio::time::interval(Duration::from_millis(100));
@@ -373,13 +346,13 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         tokio::select! {
             _ = s.wake.notified() => {}
             _ = rebuild.tick() => {
-                s.publish(period);
+                s.publish();
                 continue;
             }
             _ = rebuild_check.tick(), if disks_rebuilding => {
                 if shared.cache.disks_rebuilt() {
                     disks_rebuilding = false;
-                    s.publish(period);
+                    s.publish();
                 }
                 continue;
             }
@@ -389,32 +362,18 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             }
             _ = stop.changed() => return,
         }
-        if s.protocol == Protocol::Summary {
-            tokio::select! {
-                _ = tokio::time::sleep_until(next_update) => {}
-                _ = stop.changed() => return,
-            }
+        // Summary Cache's updates keep their spacing: the work found now waits for it.
+        let at = s.local.lock().drain_at(Instant::now());
+        tokio::select! {
+            _ = tokio::time::sleep_until(at.into()) => {}
+            _ = stop.changed() => return,
         }
         s.woken.store(false, Relaxed);
-        let (updates, resize) = {
-            let mut local = s.local.lock();
-            let updates = if s.protocol == Protocol::Summary && local.due() {
-                local.take_updates()
-            } else {
-                Vec::new()
-            };
-            (updates, local.resize_to(s.min_capacity))
-        };
-        if !updates.is_empty() {
-            send_updates(&shared, s, &updates).await;
-            next_update = tokio::time::Instant::now() + UPDATE_SPACING;
-        }
-        if let Some(capacity) = resize {
+        let drained = s.local.lock().drain(Instant::now());
+        send_updates(&shared, s, &drained.updates).await;
+        if let Some(capacity) = drained.resize {
             tracing::info!(capacity, "resizing the summary to the store");
             rebuild_from_store(&shared.cache, s, capacity);
-            if s.protocol == Protocol::Digest {
-                s.publish(period);
-            }
         }
     }
 }
@@ -427,42 +386,41 @@ fn rebuild_from_store(cache: &crate::cache::Cache, s: &Summaries, capacity: u32)
     let (keys, mut filter) = cache.keys_then(|| {
         let mut local = s.local.lock();
         local.since_snapshot = Some(Vec::new());
-        local.empty_like(capacity)
+        local.summary().empty_like(capacity)
     });
     add_all(&mut filter, keys.iter().map(|k| &k.0));
     let mut local = s.local.lock();
     let since = local.since_snapshot.take().unwrap_or_default();
-    local.install(filter);
+    local.summary_mut().install(filter);
     for (key, admitted) in since {
         local.change(&key, admitted);
     }
+    local.resized(SystemTime::now());
 }
 
-/// Sends update messages to every peer we exchange summaries with.
-async fn send_updates(shared: &Shared, s: &Summaries, updates: &[wire::DirUpdate]) {
+/// Sends update datagrams to every peer we exchange summaries with.
+async fn send_updates(shared: &Shared, s: &Summaries, updates: &[Arc<[u8]>]) {
     let Some(socket) = shared.coop.icp_socket() else {
         return;
     };
+    if updates.is_empty() {
+        return;
+    }
     let targets: Vec<SocketAddr> = {
+        let receiver = s.peers.lock();
         let inboxes = s.inboxes.lock();
         shared
             .config
             .peers
             .iter()
             .enumerate()
-            .filter(|(i, _)| s.exchanging(PeerId(*i)))
+            .filter(|(i, _)| receiver.exchanging(PeerId(*i)))
             .filter_map(|(i, p)| inboxes.get(i).copied().flatten().or(p.icp))
             .collect()
     };
-    let mut datagram = Vec::with_capacity(1500);
-    for u in updates {
-        datagram.clear();
-        if let Err(e) = wire::encode_dirupdate(u, &mut datagram) {
-            tracing::warn!(error = %e, "summary update not encodable");
-            continue;
-        }
+    for datagram in updates {
         for &to in &targets {
-            if socket.send_to(&datagram, to).await.is_ok() {
+            if socket.send_to(datagram, to).await.is_ok() {
                 s.counters.updates_sent.fetch_add(1, Relaxed);
                 shared
                     .coop
@@ -495,31 +453,25 @@ pub(crate) fn on_update_datagram(
 
 /// An update datagram for `s` (to the ICP port or the inbox) from `from`.
 fn on_update(coop: &Link, s: &Summaries, datagram: &[u8], from: SocketAddr) {
-    let peer = coop.peer_at(from).filter(|&p| s.exchanging(p));
-    let Some(peer) = peer else {
-        let n = s.counters.bad_updates.fetch_add(1, Relaxed) + 1;
-        if n.is_power_of_two() {
-            tracing::warn!(%from, bad = n, "summary update from a source we exchange no summaries with");
-        }
-        return;
-    };
-    match wire::decode_dirupdate(datagram) {
-        Ok(update) => {
+    let peer = coop.peer_at(from);
+    let verdict = s
+        .peers
+        .lock()
+        .on_update(Instant::now(), peer, datagram, &mut InPlace);
+    match (peer, verdict) {
+        (Some(peer), Ok(verdict)) => {
             coop.heard_from(peer);
-            let verdict =
-                s.peers
-                    .lock()
-                    .on_update(Instant::now(), peer, update, datagram.len() as u64);
             if verdict == UpdateVerdict::Held {
                 tracing::debug!(%from, "summary update out of sequence; fetching the whole array");
             }
         }
-        Err(e) => {
+        (_, Err(e)) => {
             let n = s.counters.bad_updates.fetch_add(1, Relaxed) + 1;
             if n.is_power_of_two() {
-                tracing::warn!(%from, error = %e, bad = n, "malformed summary update");
+                tracing::warn!(%from, error = %e, bad = n, "summary update refused");
             }
         }
+        (None, Ok(_)) => {}
     }
 }
 
@@ -534,20 +486,8 @@ pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let now = Instant::now();
-        if s.protocol == Protocol::Digest {
-            let mut refresh = s.refresh.lock();
-            let mut peers = s.peers.lock();
-            refresh.retain(|&i, at| {
-                let due = now >= *at;
-                if due {
-                    peers.want_full(PeerId(i));
-                }
-                !due
-            });
-        }
-        let due = s.peers.lock().fetch_due(now);
-        for peer in due.into_iter().filter(|&p| s.exchanging(p)) {
+        let due = s.peers.lock().fetch_due(Instant::now());
+        for peer in due {
             let fetch = fetch_one(&shared, s, peer);
             tokio::select! {
                 _ = fetch => {}
@@ -561,9 +501,9 @@ pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<boo
 async fn fetch_one(shared: &Shared, s: &Summaries, peer: PeerId) {
     let spec = shared.coop.spec(peer);
     let name = spec.name.clone();
-    let path = match s.protocol {
-        Protocol::Digest => DIGEST_PATH,
-        _ => SUMMARY_PATH,
+    let path = match s.flavor {
+        Flavor::Digest => DIGEST_PATH,
+        Flavor::Summary => SUMMARY_PATH,
     };
     let limit = shared.config.cooperation.peer_response_timeout * 2;
     // Our inbox, for the peer to send its updates to (summary protocol).
@@ -577,50 +517,26 @@ async fn fetch_one(shared: &Shared, s: &Summaries, peer: PeerId) {
         Ok(Ok(x)) => x,
         Ok(Err(why)) => {
             tracing::info!(peer = %name, %why, "could not fetch the peer's summary; retrying later");
-            s.peers.lock().reject(now, peer, Rejection::FetchFailed);
+            s.peers.lock().failed(now, peer);
             return;
         }
         Err(_) => {
             tracing::info!(peer = %name, "peer's summary did not arrive in time; retrying later");
-            s.peers.lock().reject(now, peer, Rejection::FetchFailed);
+            s.peers.lock().failed(now, peer);
             return;
         }
     };
-    let bytes = body.len() as u64;
-    match s.protocol {
-        Protocol::Digest => match CacheDigest::decode(&body) {
-            Ok(d) => {
-                s.peers.lock().install_digest(now, peer, &d, bytes);
-                let period = shared.config.cooperation.digest_rebuild_period;
-                let ttl = expires
-                    .and_then(|e| e.duration_since(SystemTime::now()).ok())
-                    .unwrap_or(period)
-                    .clamp(Duration::from_secs(1), period);
-                s.refresh.lock().insert(peer.0, now + ttl);
-                tracing::debug!(peer = %name, entries = d.count(), fill = d.fill(), "peer digest installed");
-            }
-            Err(e) => {
-                let why = match e {
-                    meshcache_summary::DigestError::TooFull { .. } => Rejection::TooFull,
-                    _ => Rejection::Malformed,
-                };
-                tracing::warn!(peer = %name, error = %e, "refusing the peer's digest");
-                s.peers.lock().reject(now, peer, why);
-            }
-        },
-        _ => match wire::decode_full(&body) {
-            Ok(full) => {
-                s.peers.lock().install_full(now, peer, full, bytes);
-            }
-            Err(e) => {
-                let why = match e {
-                    meshcache_wire::WireError::TooFull { .. } => Rejection::TooFull,
-                    _ => Rejection::Malformed,
-                };
-                tracing::warn!(peer = %name, error = %e, "refusing the peer's summary");
-                s.peers.lock().reject(now, peer, why);
-            }
-        },
+    let expires_in = expires.and_then(|e| e.duration_since(SystemTime::now()).ok());
+    let body: Arc<[u8]> = Arc::from(&body[..]);
+    match s
+        .peers
+        .lock()
+        .fetched(now, peer, &body, expires_in, &mut InPlace)
+    {
+        Ok(()) => tracing::debug!(peer = %name, bytes = body.len(), "peer summary installed"),
+        Err(refused) => {
+            tracing::warn!(peer = %name, error = %refused.error, "refusing the peer's summary")
+        }
     }
 }
 
@@ -730,8 +646,9 @@ pub(crate) fn serve(
     };
     let s = shared.coop.summaries();
     let (status, body) = match (which, s) {
-        (Internal::Digest, Some(s)) if s.local.lock().filter().hashing() == Hashing::DIGEST => {
-            match &*s.published.lock() {
+        (Internal::Digest, Some(s)) => {
+            let local = s.local.lock();
+            match local.digest() {
                 Some(p) => {
                     headers.insert(
                         header::CONTENT_TYPE,
@@ -745,26 +662,29 @@ pub(crate) fn serve(
                     if let Some(v) = date(p.built) {
                         headers.insert(header::LAST_MODIFIED, v);
                     }
-                    (StatusCode::OK, p.body.clone())
+                    (StatusCode::OK, Bytes::from_owner(p.body.clone()))
                 }
-                None => text(
+                None if local.summary().filter().hashing() == Hashing::DIGEST => text(
                     &mut headers,
                     "This cache is currently building its digest.\n",
                 ),
+                None => text(&mut headers, "This cache does not support Cache Digests.\n"),
             }
         }
-        (Internal::Digest, _) => text(&mut headers, "This cache does not support Cache Digests.\n"),
-        (Internal::Summary, Some(s)) if s.protocol == Protocol::Summary => {
-            match wire::encode_full(&s.local.lock().full_array()) {
-                Ok(body) => {
+        (Internal::Digest, None) => {
+            text(&mut headers, "This cache does not support Cache Digests.\n")
+        }
+        (Internal::Summary, Some(s)) if s.flavor == Flavor::Summary => {
+            match s.local.lock().full() {
+                Some(body) => {
                     headers.insert(
                         header::CONTENT_TYPE,
                         HeaderValue::from_static("application/x-meshcache-summary"),
                     );
                     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-                    (StatusCode::OK, Bytes::from(body))
+                    (StatusCode::OK, Bytes::from_owner(body))
                 }
-                Err(_) => text(
+                None => text(
                     &mut headers,
                     "This cache is currently building its summary.\n",
                 ),
@@ -832,7 +752,7 @@ mod tests {
         for i in 0..9 {
             cache.insert(&url(i), &HeaderMap::new(), object());
         }
-        assert_eq!(s.local.lock().filter().entries(), 9);
+        assert_eq!(s.local.lock().summary().filter().entries(), 9);
         assert!(!s.woken.load(Relaxed), "nothing due yet");
         cache.insert(&url(9), &HeaderMap::new(), object());
         assert!(s.woken.load(Relaxed));
@@ -840,12 +760,12 @@ mod tests {
             .await
             .expect("the sender is woken");
         for i in 0..10 {
-            assert!(s.local.lock().contains(&StoreKey::get(&url(i)).0));
+            assert!(s.local.lock().summary().contains(&StoreKey::get(&url(i)).0));
         }
         cache.invalidate(&url(3), InvalidateCause::Explicit);
         let local = s.local.lock();
-        assert_eq!(local.filter().entries(), 9);
-        assert!(!local.contains(&StoreKey::get(&url(3)).0));
+        assert_eq!(local.summary().filter().entries(), 9);
+        assert!(!local.summary().contains(&StoreKey::get(&url(3)).0));
     }
 
     #[test]
@@ -854,7 +774,7 @@ mod tests {
         for i in 0..50 {
             cache.insert(&url(i), &HeaderMap::new(), object());
         }
-        assert_eq!(s.local.lock().filter().entries(), 50);
+        assert_eq!(s.local.lock().summary().filter().entries(), 50);
         assert!(
             !s.woken.load(Relaxed),
             "a digest is rebuilt on its schedule only"
@@ -884,14 +804,14 @@ mod tests {
         let stored = cache.keys();
         let local = s.local.lock();
         assert!(local.since_snapshot.is_none());
-        assert_eq!(local.stats().rebuilds, u64::from(rebuilds));
+        assert_eq!(local.summary().stats().rebuilds, u64::from(rebuilds));
         assert_eq!(
-            local.filter().entries(),
+            local.summary().filter().entries(),
             stored.len() as u64,
             "{rebuilds} rebuilds"
         );
         for key in &stored {
-            assert!(local.contains(&key.0));
+            assert!(local.summary().contains(&key.0));
         }
     }
 

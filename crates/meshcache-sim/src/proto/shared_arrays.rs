@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
+use meshcache_dcm::summary::exchange::Arrays;
 use meshcache_dcm::summary::{apply_delta, array_of, Deltas};
 use meshcache_summary::{BloomArray, CacheDigest, DigestError};
 use meshcache_wire::summary::{self as wire, DirUpdate};
@@ -50,36 +51,9 @@ pub(crate) struct SharedArrays {
 
 /// A whole summary, decoded: its array and sequence number, or `None` when its hash parameters
 /// are not ones a reader knows.
-pub(crate) type Full = Option<(Arc<BloomArray>, u32)>;
+type Full = Option<(Arc<BloomArray>, u32)>;
 
 impl SharedArrays {
-    /// The whole summary in `body` (a `GET /meshcache-internal/summary` response).
-    pub(crate) fn full(&mut self, body: &Arc<[u8]>) -> Result<Full, WireError> {
-        if let Some(d) = self.cached(body) {
-            if let (Some(array), Some(seq)) = (d.array.upgrade(), d.seq) {
-                return Ok(Some((array, seq)));
-            }
-        }
-        let full = wire::decode_full(body)?;
-        let seq = full.seq;
-        let Some(array) = array_of(full) else {
-            return Ok(None);
-        };
-        let array = Arc::new(array);
-        self.remember(body, &array, Some(seq));
-        Ok(Some((array, seq)))
-    }
-
-    /// The Cache Digest in `body`.
-    pub(crate) fn digest(&mut self, body: &Arc<[u8]>) -> Result<Arc<BloomArray>, DigestError> {
-        if let Some(array) = self.cached(body).and_then(|d| d.array.upgrade()) {
-            return Ok(array);
-        }
-        let array = Arc::new(BloomArray::from_digest(&CacheDigest::decode(body)?));
-        self.remember(body, &array, None);
-        Ok(array)
-    }
-
     /// The live entry for `body`, if any.
     fn cached(&self, body: &Arc<[u8]>) -> Option<Decoded> {
         let d = self.decoded.get(&address(body))?;
@@ -107,6 +81,35 @@ impl SharedArrays {
         self.derived
             .retain(|_, d| d.array.strong_count() > 0 && d.base.strong_count() > 0);
         self.pruned_at = self.decoded.len() + self.derived.len();
+    }
+}
+
+impl Arrays for SharedArrays {
+    /// The whole summary in `body` (a `GET /meshcache-internal/summary` response).
+    fn full(&mut self, body: &Arc<[u8]>) -> Result<Full, WireError> {
+        if let Some(d) = self.cached(body) {
+            if let (Some(array), Some(seq)) = (d.array.upgrade(), d.seq) {
+                return Ok(Some((array, seq)));
+            }
+        }
+        let full = wire::decode_full(body)?;
+        let seq = full.seq;
+        let Some(array) = array_of(full) else {
+            return Ok(None);
+        };
+        let array = Arc::new(array);
+        self.remember(body, &array, Some(seq));
+        Ok(Some((array, seq)))
+    }
+
+    /// The Cache Digest in `body`.
+    fn digest(&mut self, body: &Arc<[u8]>) -> Result<Arc<BloomArray>, DigestError> {
+        if let Some(array) = self.cached(body).and_then(|d| d.array.upgrade()) {
+            return Ok(array);
+        }
+        let array = Arc::new(BloomArray::from_digest(&CacheDigest::decode(body)?));
+        self.remember(body, &array, None);
+        Ok(array)
     }
 }
 
