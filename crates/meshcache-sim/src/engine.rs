@@ -30,7 +30,9 @@ use meshcache_dcm::multicast::Destination;
 use meshcache_dcm::protocols::IcpSearch;
 use meshcache_dcm::{Hop, IcpMesh, PeerId, Reply, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
+use smallvec::SmallVec;
 
+use crate::fanout::{Decision, Fanout, World};
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
 use crate::net::{icp_query_bytes, icp_reply_bytes, ns, wire, Link, UDP_IP};
 use crate::proto::{multicast, Cx, Effect, Msg};
@@ -206,7 +208,7 @@ pub struct Sim<'a> {
     /// The protocol's own per-node state (summaries, directory, multicast).
     pub(crate) proto: crate::proto::State,
     /// The aggregate ICP model's state, when it is the one chosen.
-    pub(crate) fanout: Option<crate::fanout::Fanout>,
+    pub(crate) fanout: Option<Fanout>,
     /// A store's events of the insert being handled (the buffer is reused).
     store_events: Vec<StoreEvent>,
     /// What the protocols' upkeep asked for, being carried out (the buffer is reused).
@@ -235,7 +237,7 @@ impl<'a> Sim<'a> {
         let proto = crate::proto::State::new(spec, &nodes, trace.objects.len(), base);
         let fanout = (matches!(spec.protocol.name, Protocol::Icp | Protocol::Multicast)
             && spec.protocol.icp_model == IcpModel::Aggregate)
-            .then(|| crate::fanout::Fanout::new(&nodes, trace.objects.len()));
+            .then(|| Fanout::new(&nodes, trace.objects.len()));
         let mut per_client = vec![Vec::new(); trace.clients as usize];
         let warmup = (spec.replay.warmup as usize).min(trace.requests.len());
         let mut warm_per_client = vec![Vec::new(); trace.clients as usize];
@@ -335,7 +337,7 @@ impl<'a> Sim<'a> {
             self.handle(ev);
         }
         (control.progress)(self.classified.requests);
-        crate::fanout::settle_all(&mut self);
+        self.settle_all();
         let wall = wall.elapsed();
         let mut results = crate::results::build(
             self.spec,
@@ -389,20 +391,39 @@ impl<'a> Sim<'a> {
 
     /// Runs `cost` on `node`'s CPU from `t`: when it is done.
     pub(crate) fn cpu(&mut self, node: NodeIx, t: u64, cost: u64) -> u64 {
-        if self.fanout.is_some() {
-            crate::fanout::settle(self, node);
-        }
         let n = &mut self.nodes[node as usize];
-        let start = t.max(n.cpu_free);
-        n.cpu_free = start + cost;
-        n.stats.cpu_ns += cost;
-        n.cpu_free
+        if let Some(f) = self.fanout.as_mut() {
+            f.settle(self.spec, node, n);
+        }
+        n.book_cpu(t, cost)
+    }
+
+    /// The aggregate model's state and the part of the simulation it reads and books, when it
+    /// is the model chosen.
+    fn aggregate(&mut self) -> Option<(&mut Fanout, World<'_>)> {
+        let f = self.fanout.as_mut()?;
+        let world = World {
+            spec: self.spec,
+            trace: self.trace,
+            base: self.base,
+            nodes: &mut self.nodes,
+            net: &mut self.net,
+            traffic: &mut self.traffic,
+        };
+        Some((f, world))
+    }
+
+    /// What the aggregate model still owes every node, taken on (before results are read).
+    fn settle_all(&mut self) {
+        if let Some(f) = self.fanout.as_mut() {
+            f.settle_all(self.spec, &mut self.nodes);
+        }
     }
 
     /// Sends `bytes` from proxy `from` to proxy `to` at `t`: when they have all arrived.
     fn between(&mut self, from: NodeIx, t: u64, bytes: u64) -> u64 {
-        if self.fanout.is_some() {
-            crate::fanout::settle(self, from);
+        if let Some(f) = self.fanout.as_mut() {
+            f.settle(self.spec, from, &mut self.nodes[from as usize]);
         }
         let net = &self.spec.net;
         let sent = self.nodes[from as usize]
@@ -452,7 +473,7 @@ impl<'a> Sim<'a> {
     /// The warm-up is over: what happens from now on is measured.
     fn end_warmup(&mut self) {
         // What the aggregate model still owes from the warm-up belongs to it.
-        crate::fanout::settle_all(self);
+        self.settle_all();
         self.warming = false;
         self.measure_from = self.now;
         if let Some(first) = self.trace.requests.get(self.warmup) {
@@ -632,10 +653,18 @@ impl<'a> Sim<'a> {
             self.follow(job, Route::direct(), t);
             return;
         }
-        let icp = self.nodes[node as usize].engine.protocol::<IcpSearch>();
-        if self.fanout.is_some() && icp.is_some() {
+        let icp = self.nodes[node as usize]
+            .engine
+            .protocol::<IcpSearch>()
+            .is_some();
+        if let Some((f, mut world)) = self.aggregate().filter(|_| icp) {
             // The aggregate model stands in for ICP's own search and its datagrams.
-            crate::fanout::search(self, job, node, obj_ix, t);
+            let Decision { route, when } = f.search(&mut world, req, node, obj_ix, t);
+            if when <= t {
+                self.follow(job, route, t);
+            } else {
+                self.schedule(when, Ev::Decided { job, route });
+            }
             return;
         }
         let at = self.at(t);
@@ -715,13 +744,17 @@ impl<'a> Sim<'a> {
         let query = move || Msg::Multicast(multicast::McMsg::Query { obj, reqnum });
         match to {
             Destination::Group if self.fanout.is_some() => {
-                let holders = crate::fanout::group_query(self, node, obj);
+                let holders = match self.aggregate() {
+                    Some((f, world)) => f.group_query(&world, node, obj),
+                    None => SmallVec::new(),
+                };
                 let none = std::iter::empty();
                 let arrives = self.send_group(node, none, bytes, Kind::Multicast, query, t);
                 let reply = multicast::reply_len(&o.url);
-                if let Some(first) =
-                    crate::fanout::first_reply(self, node, &holders, arrives, reply)
-                {
+                let first = self.aggregate().and_then(|(f, mut world)| {
+                    f.first_reply(&mut world, node, &holders, arrives, reply)
+                });
+                if let Some(first) = first {
                     let payload = Payload::Proto(query());
                     self.schedule(
                         arrives,

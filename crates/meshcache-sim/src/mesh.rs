@@ -144,6 +144,14 @@ pub struct Node {
 }
 
 impl Node {
+    /// Books `cost` ns of CPU from `t` (after what it is busy with): when it is done.
+    pub(crate) fn book_cpu(&mut self, t: u64, cost: u64) -> u64 {
+        let start = t.max(self.cpu_free);
+        self.cpu_free = start + cost;
+        self.stats.cpu_ns += cost;
+        self.cpu_free
+    }
+
     /// What this node answers a query for `key` with: a copy, or nothing.
     pub fn holding(&self, key: &meshcache_store::StoreKey) -> meshcache_dcm::Holding {
         if self.store.contains(key) {

@@ -177,7 +177,7 @@ pub enum IcpModel {
     Datagrams,
     /// A search's datagrams worked out together when it starts, and of a multicast group
     /// query only the copy to the first holder to answer delivered as an event
-    /// ([`crate::fanout`]).
+    /// (the simulator's `fanout.rs`).
     Aggregate,
 }
 

@@ -18,7 +18,7 @@
 //!
 //! With `protocol.icp_model = "aggregate"` only the copy of a group query to the holder whose
 //! HIT comes first is an event; the other members' receives and the other holders' HITs are
-//! background work ([`crate::fanout::group_query`], [`crate::fanout::first_reply`]).
+//! background work (`Fanout::group_query`, `Fanout::first_reply` in `fanout.rs`).
 //!
 //! Sizes are the proxy's datagrams': `meshcache_wire::multicast::query` and its ICP reply.
 
