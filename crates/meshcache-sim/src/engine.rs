@@ -32,11 +32,12 @@ use meshcache_dcm::{Hop, IcpMesh, PeerId, Reply, ReplyKind, Role, Route};
 use meshcache_store::StoreEvent;
 use smallvec::SmallVec;
 
+use crate::counters::{Classified, Kind, Outcome as Answered, Traffic};
 use crate::fanout::{Decision, Fanout, World};
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
 use crate::net::{icp_query_bytes, icp_reply_bytes, ns, wire, Link, UDP_IP};
-use crate::proto::{multicast, Cx, Effect, Msg};
-use crate::results::{Classified, Kind, Results, Traffic};
+use crate::proto::{multicast, Cx, Effect, McMsg, Msg, Upkeep};
+use crate::results::Results;
 use crate::spec::{Admission, IcpModel, Protocol, Replay, SimSpec};
 use crate::trace::Trace;
 
@@ -672,7 +673,7 @@ impl<'a> Sim<'a> {
         let n = &mut self.nodes[node as usize];
         let ranking = proto.carp.get(node, obj_ix, &n.engine, &obj.url);
         let summaries = &mut proto.summary;
-        let mut candidates = || crate::proto::candidates(summaries, node, &obj.key.0);
+        let mut candidates = || summaries.candidates(node, &obj.key.0);
         // The engine's requests are all GETs: hierarchical, so siblings may be asked.
         let mut miss = Miss::new(&obj.url, &obj.key.0, &obj.host, true);
         miss.candidates = Some(&mut candidates);
@@ -741,7 +742,7 @@ impl<'a> Sim<'a> {
         let trace = self.trace;
         let o = &trace.objects[obj as usize];
         let bytes = multicast::query_len(&o.url);
-        let query = move || Msg::Multicast(multicast::McMsg::Query { obj, reqnum });
+        let query = move || Msg::Multicast(McMsg::Query { obj, reqnum });
         match to {
             Destination::Group if self.fanout.is_some() => {
                 let holders = match self.aggregate() {
@@ -781,7 +782,7 @@ impl<'a> Sim<'a> {
 
     /// Lends the protocols' upkeep the simulation (`f` gets a [`Cx`]), then carries out what
     /// it asked for, in order.
-    fn upkeep<R>(&mut self, f: impl FnOnce(&mut Cx<'_>) -> R) -> R {
+    fn upkeep<R>(&mut self, f: impl FnOnce(&mut Upkeep<'_>) -> R) -> R {
         let mut effects = std::mem::take(&mut self.effects);
         let r = f(&mut Cx::new(
             self.spec,
@@ -1197,15 +1198,15 @@ impl<'a> Sim<'a> {
         let latency_us = (done - issued) / 1_000;
         self.latency.saturating_record(latency_us.max(1));
         let kind = match served {
-            Served::Store(n) | Served::Collapsed(n) if n == node => crate::results::Outcome::Local,
+            Served::Store(n) | Served::Collapsed(n) if n == node => Answered::Local,
             Served::Store(n) | Served::Collapsed(n) => {
                 if self.nodes[n as usize].is_parent {
-                    crate::results::Outcome::Parent
+                    Answered::Parent
                 } else {
-                    crate::results::Outcome::Sibling
+                    Answered::Sibling
                 }
             }
-            Served::Origin | Served::Refused => crate::results::Outcome::Miss,
+            Served::Origin | Served::Refused => Answered::Miss,
         };
         self.classified.add(kind, r.size);
         self.nodes[node as usize].stats.count(kind);

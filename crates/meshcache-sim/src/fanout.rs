@@ -40,9 +40,9 @@ use std::time::Instant;
 use meshcache_dcm::{PeerId, Route};
 use smallvec::SmallVec;
 
+use crate::counters::{Kind, Traffic};
 use crate::mesh::{Node, NodeIx};
 use crate::net::{self, icp_query_bytes, icp_reply_bytes, ns, Link, UDP_IP};
-use crate::results::{Kind, Traffic};
 use crate::spec::SimSpec;
 use crate::trace::Trace;
 

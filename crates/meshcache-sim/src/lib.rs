@@ -5,6 +5,7 @@
 //! machines, `meshcache-store`'s replacement policies, `meshcache-summary`'s filters) on a
 //! virtual clock, with thousands of virtual caches. No tokio, no sockets: time is a number.
 
+mod counters;
 mod engine;
 mod fanout;
 pub mod mesh;

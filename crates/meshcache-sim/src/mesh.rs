@@ -14,6 +14,7 @@ use meshcache_dcm::{IcpConfig, IcpMesh, PeerSpec, Role};
 use meshcache_store::{MemoryStore, StoreConfig, Weigh};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 
+pub use crate::counters::NodeStats;
 use crate::spec::{Protocol, SimSpec};
 
 /// A node's index in the mesh.
@@ -69,54 +70,6 @@ pub fn name(node: NodeIx, caches: u32) -> String {
         format!("n{node}")
     } else {
         format!("p{}", node - caches)
-    }
-}
-
-/// Per-node counters.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct NodeStats {
-    /// Client requests this node received (leaves only).
-    pub client_requests: u64,
-    /// HTTP requests from peers it served (hits, 504s and fetches).
-    pub peer_requests: u64,
-    /// Requests answered from its own store (clients' and peers').
-    pub store_hits: u64,
-    /// Origin fetches it made.
-    pub origin_fetches: u64,
-    /// Datagrams sent.
-    pub datagrams_sent: u64,
-    /// Datagrams received.
-    pub datagrams_received: u64,
-    /// Nanoseconds of CPU spent.
-    pub cpu_ns: u64,
-    /// Store evictions.
-    pub evictions: u64,
-    /// Its clients' requests answered from its own store.
-    pub local_hits: u64,
-    /// Its clients' requests answered from a sibling's store.
-    pub sibling_hits: u64,
-    /// Its clients' requests answered from a parent's store.
-    pub parent_hits: u64,
-}
-
-impl NodeStats {
-    /// Counts the evictions among a store's `events`.
-    pub fn evicted(&mut self, events: &[meshcache_store::StoreEvent]) {
-        self.evictions += events
-            .iter()
-            .filter(|e| matches!(e, meshcache_store::StoreEvent::Evicted { .. }))
-            .count() as u64;
-    }
-
-    /// One of its clients' requests was answered so.
-    pub fn count(&mut self, outcome: crate::results::Outcome) {
-        use crate::results::Outcome;
-        match outcome {
-            Outcome::Local => self.local_hits += 1,
-            Outcome::Sibling => self.sibling_hits += 1,
-            Outcome::Parent => self.parent_hits += 1,
-            Outcome::Miss => {}
-        }
     }
 }
 

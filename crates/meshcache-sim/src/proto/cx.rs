@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use meshcache_dcm::{PeerId, ReplyKind, Route};
 
-use super::{Msg, State};
+use super::msg::Msg;
+use crate::counters::Kind;
 use crate::mesh::{Node, NodeIx};
-use crate::results::Kind;
 use crate::spec::SimSpec;
 use crate::trace::Trace;
 
@@ -69,19 +69,20 @@ pub(crate) enum Effect {
     },
 }
 
-/// The simulation as the protocols' upkeep sees it.
-pub(crate) struct Cx<'s> {
+/// The simulation as the protocols' upkeep sees it, with `S`: the protocols' state (the
+/// engine lends all of it; each protocol's upkeep gets its own part, [`Cx::part`]).
+pub(crate) struct Cx<'s, S> {
     pub(crate) spec: &'s SimSpec,
     pub(crate) trace: &'s Trace,
     /// The virtual time (ns).
     pub(crate) now: u64,
     base: Instant,
     pub(crate) nodes: &'s mut [Node],
-    pub(crate) proto: &'s mut State,
+    pub(crate) proto: &'s mut S,
     out: &'s mut Vec<Effect>,
 }
 
-impl<'s> Cx<'s> {
+impl<'s, S> Cx<'s, S> {
     /// The engine's view, lent for one call; effects go to `out`. `base` is the `Instant` of
     /// virtual time 0.
     #[allow(clippy::too_many_arguments)]
@@ -91,9 +92,9 @@ impl<'s> Cx<'s> {
         now: u64,
         base: Instant,
         nodes: &'s mut [Node],
-        proto: &'s mut State,
+        proto: &'s mut S,
         out: &'s mut Vec<Effect>,
-    ) -> Cx<'s> {
+    ) -> Cx<'s, S> {
         Cx {
             spec,
             trace,
@@ -102,6 +103,19 @@ impl<'s> Cx<'s> {
             nodes,
             proto,
             out,
+        }
+    }
+
+    /// The same view, with only the part of the protocols' state `part` picks.
+    pub(crate) fn part<T>(&mut self, part: impl FnOnce(&mut S) -> &mut T) -> Cx<'_, T> {
+        Cx {
+            spec: self.spec,
+            trace: self.trace,
+            now: self.now,
+            base: self.base,
+            nodes: &mut *self.nodes,
+            proto: part(&mut *self.proto),
+            out: &mut *self.out,
         }
     }
 

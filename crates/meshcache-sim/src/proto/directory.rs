@@ -30,48 +30,15 @@ use meshcache_store::StoreEvent;
 use meshcache_wire::directory::{DEFAULT_BATCH_LEN, KEY_LEN, NODE_ADDR_LEN};
 use meshcache_wire::icp::HEADER_LEN;
 
-use super::{Cx, Msg};
+use super::cx::Cx;
+use super::msg::{DirMsg, Msg};
+use crate::counters::Kind;
 use crate::mesh::{self, icp_addr, node_at, Node, NodeIx};
-use crate::results::Kind;
 use crate::spec::{Protocol, SimSpec};
 
 /// Keys in one `DIR_ADD` / `DIR_DEL` datagram, as `encode_batches` packs them into
 /// [`DEFAULT_BATCH_LEN`] bytes.
 const KEYS_PER_DATAGRAM: usize = (DEFAULT_BATCH_LEN - HEADER_LEN - NODE_ADDR_LEN) / KEY_LEN;
-
-/// A directory datagram between members.
-#[derive(Debug)]
-pub(crate) enum DirMsg {
-    /// `DIR_GET`: who holds `obj`? For the sender's search `reqnum`.
-    Get {
-        obj: u32,
-        reqnum: u32,
-        optimistic: bool,
-        forward: bool,
-        alpha: u32,
-    },
-    /// `DIR_DATA`: the holders of `obj` (or, `forwarded`, the ones the owner asked).
-    Data {
-        obj: u32,
-        reqnum: u32,
-        forwarded: bool,
-        holders: Vec<SocketAddrV4>,
-    },
-    /// One `DIR_ADD` (`add`) or `DIR_DEL` datagram: `holder` holds these keys now (or no
-    /// longer).
-    Update {
-        add: bool,
-        holder: SocketAddrV4,
-        keys: Vec<[u8; KEY_LEN]>,
-    },
-    /// Search variant 2: an ICP query for `obj` the owner sends on `requester`'s behalf (flag
-    /// `FORWARDED_QUERY`), to be answered to the requester.
-    ForwardedQuery {
-        obj: u32,
-        reqnum: u32,
-        requester: SocketAddrV4,
-    },
-}
 
 /// A leaf's directory upkeep, the proxy's machine (its share of the directory is its
 /// engine's `Directory`).
@@ -163,16 +130,22 @@ pub(crate) fn new_state(spec: &SimSpec, nodes: &[Node], start: Instant) -> Vec<D
 }
 
 /// Before the first request: each leaf's renewal timer (the proxy's first is at `ttl / 2`).
-pub(crate) fn start(cx: &mut Cx<'_>) {
-    for node in 0..cx.proto.directory.len() {
-        let at = cx.virtual_ns(cx.proto.directory[node].upkeep.renew_at());
+pub(crate) fn start(cx: &mut Cx<'_, Vec<DirNode>>) {
+    for node in 0..cx.proto.len() {
+        let at = cx.virtual_ns(cx.proto[node].upkeep.renew_at());
         cx.timer(at, node as NodeIx);
     }
 }
 
 /// Sends what the directory of `node` asked for, from `t` on its CPU (`directory::encode`).
 /// `obj` is the object of the search messages among them (updates name keys).
-pub(crate) fn send(cx: &mut Cx<'_>, node: NodeIx, obj: Option<u32>, sends: Vec<Outgoing>, t: u64) {
+pub(crate) fn send(
+    cx: &mut Cx<'_, Vec<DirNode>>,
+    node: NodeIx,
+    obj: Option<u32>,
+    sends: Vec<Outgoing>,
+    t: u64,
+) {
     let me = icp_v4(node);
     for s in sends {
         match s {
@@ -271,7 +244,14 @@ pub(crate) fn send(cx: &mut Cx<'_>, node: NodeIx, obj: Option<u32>, sends: Vec<O
 }
 
 /// `DIR_ADD` (`add`) or `DIR_DEL` datagrams for `keys`, as many as `encode_batches` makes.
-fn send_batches(cx: &mut Cx<'_>, node: NodeIx, add: bool, to: NodeIx, keys: &[[u8; 16]], t: u64) {
+fn send_batches(
+    cx: &mut Cx<'_, Vec<DirNode>>,
+    node: NodeIx,
+    add: bool,
+    to: NodeIx,
+    keys: &[[u8; 16]],
+    t: u64,
+) {
     let holder = icp_v4(node);
     for chunk in keys.chunks(KEYS_PER_DATAGRAM) {
         let msg = DirMsg::Update {
@@ -287,7 +267,7 @@ fn send_batches(cx: &mut Cx<'_>, node: NodeIx, add: bool, to: NodeIx, keys: &[[u
 /// Our ICP answer to a query for `obj` (search `reqnum`) answered at `reply_to`, sent after
 /// `t` (`coop/icp.rs`'s `respond`, query branch, and `directory::holding_reply`).
 fn answer_query(
-    cx: &mut Cx<'_>,
+    cx: &mut Cx<'_, Vec<DirNode>>,
     node: NodeIx,
     reply_to: SocketAddr,
     obj: u32,
@@ -305,7 +285,13 @@ fn answer_query(
 
 /// A directory datagram reached `to` (`directory::on_datagram`, and `coop/icp.rs`'s `respond` for a
 /// forwarded query).
-pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: DirMsg, t: u64) {
+pub(crate) fn on_message(
+    cx: &mut Cx<'_, Vec<DirNode>>,
+    to: NodeIx,
+    from: NodeIx,
+    msg: DirMsg,
+    t: u64,
+) {
     let trace = cx.trace;
     let at = cx.at(cx.now);
     let from_addr = icp_addr(from);
@@ -370,11 +356,16 @@ pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: DirMsg,
 /// `node`'s fetch of `obj` ended and its store did `events`: the fetch is done, stored or
 /// not (`fetch_done`, at once, as the proxy calls it when the response comes), and the events
 /// wait for the next drain.
-pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, obj: u32, events: &[StoreEvent]) {
+pub(crate) fn on_store_events(
+    cx: &mut Cx<'_, Vec<DirNode>>,
+    node: NodeIx,
+    obj: u32,
+    events: &[StoreEvent],
+) {
     let trace = cx.trace;
     let now = cx.now;
     let at = cx.at(now);
-    let Some(d) = cx.proto.directory.get_mut(node as usize) else {
+    let Some(d) = cx.proto.get_mut(node as usize) else {
         return;
     };
     let Some((_, dir)) = cx.nodes[node as usize].engine.parts_mut::<Directory>() else {
@@ -394,10 +385,10 @@ pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, obj: u32, events: &
 
 /// A timer of `node`: the drain of its store events, or the renewal of its whole store, or
 /// both (one round of `directory::run_updates`).
-pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
+pub(crate) fn on_tick(cx: &mut Cx<'_, Vec<DirNode>>, node: NodeIx) {
     let now = cx.now;
     let at = cx.at(now);
-    let Some(d) = cx.proto.directory.get_mut(node as usize) else {
+    let Some(d) = cx.proto.get_mut(node as usize) else {
         return;
     };
     let n = &mut cx.nodes[node as usize];

@@ -8,6 +8,12 @@
 //! answering a multicast query ([`multicast`]), and CARP's rankings shared between nodes
 //! ([`carp`]). The upkeep never reaches into the engine: it gets a [`Cx`] and lists what to
 //! send and when to be woken as [`Effect`]s ([`cx`]).
+//!
+//! Layers, each importing only those below it: the messages ([`msg`], plain data) and the
+//! shared arrays at the bottom; [`cx`] (the view and its effects); each protocol's upkeep,
+//! which gets a `Cx` over its own part of the state ([`Cx::part`]: the summaries, the
+//! directory's upkeep) and names no other protocol; this file on top, holding the whole state
+//! and dispatching the engine's calls.
 
 use std::time::Instant;
 
@@ -23,32 +29,25 @@ use crate::spec::{Protocol, SimSpec};
 pub(crate) mod carp;
 mod cx;
 mod directory;
+mod msg;
 pub(crate) mod multicast;
 mod shared_arrays;
 pub(crate) mod summary;
 
 pub(crate) use cx::{Cx, Effect};
+pub(crate) use msg::{McMsg, Msg};
 
-/// A protocol message between nodes.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    /// Directory datagrams (and the queries an owner forwards).
-    Directory(directory::DirMsg),
-    /// Multicast queries.
-    Multicast(multicast::McMsg),
-    /// Summary Cache updates, and whole summaries or digests fetched.
-    Summary(summary::Msg),
-}
+/// The simulation as the upkeep's dispatch sees it: all of the protocols' state.
+pub(crate) type Upkeep<'s> = Cx<'s, State>;
 
 /// The protocols' per-node state.
 pub(crate) struct State {
     /// Directory: each leaf's upkeep — events to drain, renewal (its share of the directory
     /// is its engine's `Directory`; empty for other protocols).
     pub(crate) directory: Vec<directory::DirNode>,
-    /// Summary Cache and Cache Digests: each node's summaries (empty for other protocols).
-    pub(crate) summary: Vec<summary::NodeState>,
-    /// Summary Cache and Cache Digests: the peers' arrays, one per sender and version.
-    pub(crate) summary_arrays: shared_arrays::SharedArrays,
+    /// Summary Cache and Cache Digests: each node's summaries, and the peers' arrays they
+    /// share (none for other protocols).
+    pub(crate) summary: summary::Summaries,
     /// CARP: each object's ranking, once per distinct array (empty for other protocols).
     pub(crate) carp: carp::Rankings,
 }
@@ -59,23 +58,16 @@ impl State {
         State {
             carp: carp::Rankings::new(nodes, objects),
             directory: directory::new_state(spec, nodes, start),
-            summary: match spec.protocol.name {
-                Protocol::Summary | Protocol::Digest => (0..)
-                    .zip(nodes)
-                    .map(|(i, n)| summary::NodeState::new(spec, i, n))
-                    .collect(),
-                _ => Vec::new(),
-            },
-            summary_arrays: shared_arrays::SharedArrays::default(),
+            summary: summary::Summaries::new(spec, nodes),
         }
     }
 }
 
 /// Before the first request: initial exchanges and timers.
-pub(crate) fn start(cx: &mut Cx<'_>) {
+pub(crate) fn start(cx: &mut Upkeep<'_>) {
     match cx.spec.protocol.name {
-        Protocol::Directory => directory::start(cx),
-        Protocol::Summary | Protocol::Digest => summary::start(cx),
+        Protocol::Directory => directory::start(&mut cx.part(|s| &mut s.directory)),
+        Protocol::Summary | Protocol::Digest => summary::start(&mut cx.part(|s| &mut s.summary)),
         _ => {}
     }
 }
@@ -100,86 +92,87 @@ pub(crate) fn search_protocol(
     }
 }
 
-/// The peers whose summary says `node` may find `key` there (none when the protocol keeps no
-/// summaries).
-pub(crate) fn candidates(
-    summaries: &mut [summary::NodeState],
-    node: NodeIx,
-    key: &[u8; 16],
-) -> Vec<PeerId> {
-    summaries
-        .get_mut(node as usize)
-        .map(|s| s.candidates(key))
-        .unwrap_or_default()
-}
-
 /// Sends a search's directory datagrams for `obj` from `node`, from `t` on its CPU.
 pub(crate) fn send_directory(
-    cx: &mut Cx<'_>,
+    cx: &mut Upkeep<'_>,
     node: NodeIx,
     obj: u32,
     sends: Vec<Outgoing>,
     t: u64,
 ) {
-    directory::send(cx, node, Some(obj), sends, t);
+    directory::send(
+        &mut cx.part(|s| &mut s.directory),
+        node,
+        Some(obj),
+        sends,
+        t,
+    );
 }
 
 /// An ICP reply of `kind` reached `to` from `from`: with Summary Cache, which asks only the
 /// peers whose summary said "maybe", a MISS is a false hit of that summary.
-pub(crate) fn on_icp_reply(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, kind: ReplyKind) {
+pub(crate) fn on_icp_reply(cx: &mut Upkeep<'_>, to: NodeIx, from: NodeIx, kind: ReplyKind) {
     if cx.spec.protocol.name != Protocol::Summary
         || !matches!(kind, ReplyKind::Miss | ReplyKind::MissNoFetch)
     {
         return;
     }
     if let Some(peer) = cx.nodes[to as usize].engine.mesh().peer_at(icp_addr(from)) {
-        cx.proto.summary[to as usize].false_hit(peer);
+        cx.proto.summary.nodes[to as usize].false_hit(peer);
     }
 }
 
 /// A protocol message arrived.
-pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
+pub(crate) fn on_message(cx: &mut Upkeep<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
     match msg {
-        Msg::Directory(m) => directory::on_message(cx, to, from, m, t),
+        Msg::Directory(m) => {
+            directory::on_message(&mut cx.part(|s| &mut s.directory), to, from, m, t)
+        }
         Msg::Multicast(m) => multicast::on_message(cx, to, from, m, t),
-        Msg::Summary(m) => summary::on_message(cx, to, from, m, t),
+        Msg::Summary(m) => summary::on_message(&mut cx.part(|s| &mut s.summary), to, from, m, t),
     }
 }
 
 /// `peer` answered 504 to an `only-if-cached` request for `obj` (a false hit). A false
 /// directory entry changes nothing here, as in the proxy: the holder's `DIR_DEL` corrects it.
-pub(crate) fn on_refused(cx: &mut Cx<'_>, node: NodeIx, peer: PeerId, _obj: u32) {
+pub(crate) fn on_refused(cx: &mut Upkeep<'_>, node: NodeIx, peer: PeerId, _obj: u32) {
     if matches!(cx.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
-        summary::on_refused(cx, node, peer);
+        summary::on_refused(&mut cx.part(|s| &mut s.summary), node, peer);
     }
 }
 
 /// `node` fetched `obj` and its store did `events` with it.
 pub(crate) fn on_store_events(
-    cx: &mut Cx<'_>,
+    cx: &mut Upkeep<'_>,
     node: NodeIx,
     obj: u32,
     events: &[StoreEvent],
     t: u64,
 ) {
     match cx.spec.protocol.name {
-        Protocol::Directory => directory::on_store_events(cx, node, obj, events),
-        Protocol::Summary | Protocol::Digest => summary::on_store_events(cx, node, events, t),
+        Protocol::Directory => {
+            directory::on_store_events(&mut cx.part(|s| &mut s.directory), node, obj, events)
+        }
+        Protocol::Summary | Protocol::Digest => {
+            summary::on_store_events(&mut cx.part(|s| &mut s.summary), node, events, t)
+        }
         _ => {}
     }
 }
 
 /// A timer set by the protocol fired at `node`.
-pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
+pub(crate) fn on_tick(cx: &mut Upkeep<'_>, node: NodeIx) {
     match cx.spec.protocol.name {
-        Protocol::Directory => directory::on_tick(cx, node),
-        Protocol::Summary | Protocol::Digest => summary::on_tick(cx, node),
+        Protocol::Directory => directory::on_tick(&mut cx.part(|s| &mut s.directory), node),
+        Protocol::Summary | Protocol::Digest => {
+            summary::on_tick(&mut cx.part(|s| &mut s.summary), node)
+        }
         _ => {}
     }
 }
 
 /// The protocols' own counters, added to the results of a run.
-pub(crate) fn report(cx: &mut Cx<'_>, results: &mut crate::results::Results) {
+pub(crate) fn report(cx: &mut Upkeep<'_>, results: &mut crate::results::Results) {
     if matches!(cx.spec.protocol.name, Protocol::Summary | Protocol::Digest) {
         results.summary = Some(summary::report(&cx.proto.summary, cx.at(cx.now)));
     }

@@ -5,7 +5,7 @@
 //! | proxy (`meshcache-proxy`) | here |
 //! |---|---|
 //! | `MulticastState::new`, then `multicast::start` settles the mode | [`machine`]: `protocol.multicast_mode`, `ip` by default (what `auto` settles on where the network carries the group) |
-//! | the engine's search (`Multicast` as a `SearchProtocol`): `multicast::send_queries` | [`send_query`] |
+//! | the engine's search (`Multicast` as a `SearchProtocol`): `multicast::send_queries` | the engine's `Sim::send_multicast_query` |
 //! | `run_group` (by the group) and `coop/icp.rs`'s `respond` (unicast) → `multicast::answer` → `Multicast::on_query`: `ICP_OP_HIT` or silence | [`on_message`] |
 //!
 //! Replies and deadlines go to the node's engine, which gives them to its `Multicast`.
@@ -25,18 +25,11 @@
 use meshcache_dcm::multicast::{Answer, Multicast, MulticastConfig};
 use meshcache_dcm::ReplyKind;
 
-use super::Cx;
+use super::cx::Cx;
+use super::msg::McMsg;
+use crate::counters::Kind;
 use crate::mesh::{icp_addr, NodeIx};
-use crate::results::Kind;
 use crate::spec::SimSpec;
-
-/// A multicast message.
-#[derive(Debug)]
-pub(crate) enum McMsg {
-    /// The query for `obj` of the sender's search `reqnum` (flag `MULTICAST_QUERY`: answer a
-    /// hit only).
-    Query { obj: u32, reqnum: u32 },
-}
 
 /// Query bytes for `url`: an ICP query with the flag (a flag bit, no extra byte).
 pub(crate) fn query_len(url: &str) -> u64 {
@@ -60,7 +53,7 @@ pub(crate) fn machine(spec: &SimSpec) -> Multicast {
 
 /// A multicast message reached `to` from `from` (`multicast::answer`): a member's query is
 /// answered `ICP_OP_HIT` when we hold the object, and not at all otherwise.
-pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: McMsg, t: u64) {
+pub(crate) fn on_message<S>(cx: &mut Cx<'_, S>, to: NodeIx, from: NodeIx, msg: McMsg, t: u64) {
     let McMsg::Query { obj, reqnum } = msg;
     let trace = cx.trace;
     let n = &mut cx.nodes[to as usize];

@@ -34,7 +34,6 @@
 //! the proxy also rebuilds a digest for Squid peers; nobody fetches it here, so it is not built.
 
 use std::collections::VecDeque;
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -43,10 +42,13 @@ use meshcache_dcm::summary::{pace, UpdateVerdict};
 use meshcache_dcm::PeerId;
 use meshcache_store::StoreEvent;
 
-use super::Cx;
+use super::cx::Cx;
+use super::msg::{Body, Msg, SummaryMsg};
+use super::shared_arrays::SharedArrays;
+use crate::counters::Kind;
 use crate::mesh::{self, icp_addr, Node, NodeIx};
 use crate::net::ns;
-use crate::results::{Kind, SummaryReport};
+use crate::results::SummaryReport;
 use crate::spec::{Protocol, SimSpec};
 
 /// The pace of the proxy's fetch checks, in virtual ns.
@@ -54,30 +56,38 @@ const FETCH_CHECK_INTERVAL: u64 = pace::FETCH_CHECK_INTERVAL.as_nanos() as u64;
 /// One second, in ns.
 const SECOND: u64 = 1_000_000_000;
 
-/// Encoded bytes, shared by every copy of a message.
-#[derive(Clone)]
-pub(crate) struct Body(Arc<[u8]>);
-
-impl fmt::Debug for Body {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} bytes", self.0.len())
-    }
+/// Every node's summaries, and the peers' arrays they share.
+#[derive(Default)]
+pub(crate) struct Summaries {
+    /// Per node (none when the protocol keeps no summaries).
+    pub(crate) nodes: Vec<NodeState>,
+    /// The peers' arrays, one per sender and version.
+    arrays: SharedArrays,
 }
 
-/// A summary message between nodes.
-#[derive(Debug)]
-pub(crate) enum Msg {
-    /// An `ICP_OP_DIRUPDATE` datagram, as the sender encoded it.
-    Update(Body),
-    /// `GET /meshcache-internal/summary` (summary) or
-    /// `/squid-internal-periodic/store_digest` (digest).
-    Fetch,
-    /// Its response: the body of a 200 (`None`: an error status), and a digest's `Expires`
-    /// (virtual ns, whole seconds).
-    Fetched {
-        body: Option<Body>,
-        expires: Option<u64>,
-    },
+impl Summaries {
+    /// What `Summaries::new` sets up for every node, when `spec`'s protocol keeps summaries.
+    pub(crate) fn new(spec: &SimSpec, nodes: &[Node]) -> Summaries {
+        if !matches!(spec.protocol.name, Protocol::Summary | Protocol::Digest) {
+            return Summaries::default();
+        }
+        Summaries {
+            nodes: (0..)
+                .zip(nodes)
+                .map(|(i, n)| NodeState::new(spec, i, n))
+                .collect(),
+            arrays: SharedArrays::default(),
+        }
+    }
+
+    /// The peers whose summary says `node` may find `key` there (none when the protocol keeps
+    /// no summaries).
+    pub(crate) fn candidates(&mut self, node: NodeIx, key: &[u8; 16]) -> Vec<PeerId> {
+        self.nodes
+            .get_mut(node as usize)
+            .map(|s| s.candidates(key))
+            .unwrap_or_default()
+    }
 }
 
 /// One node's summaries: its own and its peers', and the timers and fetches that run them.
@@ -182,14 +192,14 @@ fn after(t: u64, every: u64) -> u64 {
 
 /// Before the first request: the first fetch check (every summary is wanted) and, with
 /// digests, the rebuild timer.
-pub(crate) fn start(cx: &mut Cx<'_>) {
+pub(crate) fn start(cx: &mut Cx<'_, Summaries>) {
     let period = ns(cx.spec.protocol.digest_interval);
     for node in 0..cx.nodes.len() as NodeIx {
         if !cx.nodes[node as usize].peer_nodes.is_empty() {
             set_check(cx, node, 0, false);
         }
         if cx.spec.protocol.name == Protocol::Digest {
-            cx.proto.summary[node as usize].rebuild_at = Some(period);
+            cx.proto.nodes[node as usize].rebuild_at = Some(period);
             cx.timer(period, node);
         }
     }
@@ -198,17 +208,22 @@ pub(crate) fn start(cx: &mut Cx<'_>) {
 /// `peer` answered 504 to `node`'s `only-if-cached` request. Digest routes list siblings only
 /// as digest hits (`CD_SIBLING_HIT`), so with digests that is a false hit; with summaries a
 /// sibling is tried after an ICP HIT, and its 504 is no false hit of the summary.
-pub(crate) fn on_refused(cx: &mut Cx<'_>, node: NodeIx, peer: PeerId) {
+pub(crate) fn on_refused(cx: &mut Cx<'_, Summaries>, node: NodeIx, peer: PeerId) {
     if cx.spec.protocol.name == Protocol::Digest {
-        cx.proto.summary[node as usize].false_hit(peer);
+        cx.proto.nodes[node as usize].false_hit(peer);
     }
 }
 
 /// `node`'s store did `events` (`Summaries::changed`): folded in now; `run_local` is woken
 /// when that makes work for it.
-pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, events: &[StoreEvent], t: u64) {
+pub(crate) fn on_store_events(
+    cx: &mut Cx<'_, Summaries>,
+    node: NodeIx,
+    events: &[StoreEvent],
+    t: u64,
+) {
     let now = cx.at(t);
-    let s = &mut cx.proto.summary[node as usize];
+    let s = &mut cx.proto.nodes[node as usize];
     for e in events {
         s.sender.change(&e.key().0, e.is_admission());
     }
@@ -220,20 +235,26 @@ pub(crate) fn on_store_events(cx: &mut Cx<'_>, node: NodeIx, events: &[StoreEven
 }
 
 /// A summary message arrived at `to` (its CPU is done with it at `t`).
-pub(crate) fn on_message(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, msg: Msg, t: u64) {
+pub(crate) fn on_message(
+    cx: &mut Cx<'_, Summaries>,
+    to: NodeIx,
+    from: NodeIx,
+    msg: SummaryMsg,
+    t: u64,
+) {
     match msg {
-        Msg::Update(body) => on_update(cx, to, from, &body, t),
-        Msg::Fetch => serve(cx, to, from, t),
-        Msg::Fetched { body, expires } => fetched(cx, to, body, expires, t),
+        SummaryMsg::Update(body) => on_update(cx, to, from, &body, t),
+        SummaryMsg::Fetch => serve(cx, to, from, t),
+        SummaryMsg::Fetched { body, expires } => fetched(cx, to, body, expires, t),
     }
 }
 
 /// A timer of `node` fired: one of its rebuild, drain and fetch check that are due now (each
 /// due one has an event of its own, so none waits for another node's at the same instant:
 /// every rebuild set for a time comes before the fetches that time's checks make).
-pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
+pub(crate) fn on_tick(cx: &mut Cx<'_, Summaries>, node: NodeIx) {
     let now = cx.now;
-    let s = &mut cx.proto.summary[node as usize];
+    let s = &mut cx.proto.nodes[node as usize];
     if s.rebuild_at == Some(now) {
         let period = ns(cx.spec.protocol.digest_interval);
         s.sender.publish(system(now));
@@ -247,8 +268,8 @@ pub(crate) fn on_tick(cx: &mut Cx<'_>, node: NodeIx) {
 }
 
 /// Wants a drain tick at `at` (the earliest wanted wins; a later tick finds nothing due).
-fn set_drain(cx: &mut Cx<'_>, node: NodeIx, at: u64) {
-    let s = &mut cx.proto.summary[node as usize];
+fn set_drain(cx: &mut Cx<'_, Summaries>, node: NodeIx, at: u64) {
+    let s = &mut cx.proto.nodes[node as usize];
     if s.drain_at.is_none_or(|d| at < d) {
         s.drain_at = Some(at);
         cx.tick(at, node);
@@ -257,8 +278,8 @@ fn set_drain(cx: &mut Cx<'_>, node: NodeIx, at: u64) {
 
 /// Wants a fetch check at `at`: as work, or in the background (a timer the run does not wait
 /// for).
-fn set_check(cx: &mut Cx<'_>, node: NodeIx, at: u64, background: bool) {
-    let s = &mut cx.proto.summary[node as usize];
+fn set_check(cx: &mut Cx<'_, Summaries>, node: NodeIx, at: u64, background: bool) {
+    let s = &mut cx.proto.nodes[node as usize];
     if s.check_at.is_none_or(|c| at < c) {
         s.check_at = Some(at);
         if background {
@@ -271,10 +292,10 @@ fn set_check(cx: &mut Cx<'_>, node: NodeIx, at: u64, background: bool) {
 
 /// `run_local`'s loop body after a wake-up: sends the updates that are due and resizes the
 /// filter if the store outgrew it.
-fn drain(cx: &mut Cx<'_>, node: NodeIx) {
+fn drain(cx: &mut Cx<'_, Summaries>, node: NodeIx) {
     let now = cx.now;
     let at = cx.at(now);
-    let s = &mut cx.proto.summary[node as usize];
+    let s = &mut cx.proto.nodes[node as usize];
     s.drain_at = None;
     let drained = s.sender.drain(at);
     if let Some(capacity) = drained.resize {
@@ -286,12 +307,12 @@ fn drain(cx: &mut Cx<'_>, node: NodeIx) {
 }
 
 /// Sends each update to every peer we exchange summaries with (`send_updates`).
-fn send_updates(cx: &mut Cx<'_>, node: NodeIx, updates: &[Arc<[u8]>], t: u64) {
+fn send_updates(cx: &mut Cx<'_, Summaries>, node: NodeIx, updates: &[Arc<[u8]>], t: u64) {
     if updates.is_empty() {
         return;
     }
     let n = &cx.nodes[node as usize];
-    let s = &cx.proto.summary[node as usize];
+    let s = &cx.proto.nodes[node as usize];
     let targets: Vec<NodeIx> = (0..n.peer_nodes.len())
         .filter(|&i| s.receiver.exchanging(PeerId(i)))
         .map(|i| n.peer_nodes[i])
@@ -299,22 +320,22 @@ fn send_updates(cx: &mut Cx<'_>, node: NodeIx, updates: &[Arc<[u8]>], t: u64) {
     for datagram in updates {
         let bytes = datagram.len() as u64;
         for &to in &targets {
-            let s = &mut cx.proto.summary[node as usize];
+            let s = &mut cx.proto.nodes[node as usize];
             s.updates_sent += 1;
             s.update_bytes_sent += bytes;
-            let msg = crate::proto::Msg::Summary(Msg::Update(Body(datagram.clone())));
+            let msg = Msg::Summary(SummaryMsg::Update(Body(datagram.clone())));
             cx.send_proto(node, to, bytes, Kind::Summary, msg, t);
         }
     }
 }
 
 /// An update datagram from `from` (`on_update_datagram`).
-fn on_update(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
+fn on_update(cx: &mut Cx<'_, Summaries>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
     let at = cx.at(t);
     let n = &mut cx.nodes[to as usize];
-    let s = &mut cx.proto.summary[to as usize];
+    let s = &mut cx.proto.nodes[to as usize];
     let peer = n.engine.mesh().peer_at(icp_addr(from));
-    let shared = &mut cx.proto.summary_arrays;
+    let shared = &mut cx.proto.arrays;
     match (peer, s.receiver.on_update(at, peer, &body.0, shared)) {
         (Some(peer), Ok(verdict)) => {
             n.engine.mesh_mut().heard_from(at, peer);
@@ -329,10 +350,10 @@ fn on_update(cx: &mut Cx<'_>, to: NodeIx, from: NodeIx, body: &Body, t: u64) {
 
 /// A fetch check (`run_fetch`'s loop body): what is due (wanted, or a digest whose refresh
 /// time came) is fetched, one peer after the other.
-fn check(cx: &mut Cx<'_>, node: NodeIx) {
+fn check(cx: &mut Cx<'_, Summaries>, node: NodeIx) {
     let now = cx.now;
     let at = cx.at(now);
-    let s = &mut cx.proto.summary[node as usize];
+    let s = &mut cx.proto.nodes[node as usize];
     s.check_at = None;
     if s.fetching.is_some() {
         s.check_missed = true;
@@ -344,12 +365,12 @@ fn check(cx: &mut Cx<'_>, node: NodeIx) {
 }
 
 /// Starts the next fetch of the check under way or, when none is left, plans the next check.
-fn next_fetch(cx: &mut Cx<'_>, node: NodeIx, t: u64) {
-    let s = &mut cx.proto.summary[node as usize];
+fn next_fetch(cx: &mut Cx<'_, Summaries>, node: NodeIx, t: u64) {
+    let s = &mut cx.proto.nodes[node as usize];
     if let Some(peer) = s.queue.pop_front() {
         s.fetching = Some(peer);
         let to = cx.nodes[node as usize].peer_nodes[peer.0];
-        cx.send_http(node, to, 0, crate::proto::Msg::Summary(Msg::Fetch), t);
+        cx.send_http(node, to, 0, Msg::Summary(SummaryMsg::Fetch), t);
         return;
     }
     if std::mem::take(&mut s.check_missed) {
@@ -371,8 +392,8 @@ fn next_fetch(cx: &mut Cx<'_>, node: NodeIx, t: u64) {
 }
 
 /// A peer asks for our whole summary or digest (`serve`).
-fn serve(cx: &mut Cx<'_>, node: NodeIx, to: NodeIx, t: u64) {
-    let s = &mut cx.proto.summary[node as usize];
+fn serve(cx: &mut Cx<'_, Summaries>, node: NodeIx, to: NodeIx, t: u64) {
+    let s = &mut cx.proto.nodes[node as usize];
     let (body, expires, kind) = match s.sender.flavor() {
         Flavor::Digest => match s.sender.digest() {
             Some(p) => {
@@ -391,7 +412,7 @@ fn serve(cx: &mut Cx<'_>, node: NodeIx, to: NodeIx, t: u64) {
         s.served_bytes += bytes;
         cx.count(kind, bytes);
     }
-    let msg = crate::proto::Msg::Summary(Msg::Fetched {
+    let msg = Msg::Summary(SummaryMsg::Fetched {
         body: body.map(Body),
         expires,
     });
@@ -399,9 +420,15 @@ fn serve(cx: &mut Cx<'_>, node: NodeIx, to: NodeIx, t: u64) {
 }
 
 /// The response to our fetch arrived (`fetch_one`): installed or refused, then the next.
-fn fetched(cx: &mut Cx<'_>, node: NodeIx, body: Option<Body>, expires: Option<u64>, t: u64) {
+fn fetched(
+    cx: &mut Cx<'_, Summaries>,
+    node: NodeIx,
+    body: Option<Body>,
+    expires: Option<u64>,
+    t: u64,
+) {
     let at = cx.at(t);
-    let s = &mut cx.proto.summary[node as usize];
+    let s = &mut cx.proto.nodes[node as usize];
     let Some(peer) = s.fetching.take() else {
         return;
     };
@@ -412,7 +439,7 @@ fn fetched(cx: &mut Cx<'_>, node: NodeIx, body: Option<Body>, expires: Option<u6
             let expires_in = expires
                 .and_then(|e| e.checked_sub(t))
                 .map(Duration::from_nanos);
-            let shared = &mut cx.proto.summary_arrays;
+            let shared = &mut cx.proto.arrays;
             // A refusal is counted by the receiver; the peer is a miss until the next fetch.
             let _ = s.receiver.fetched(at, peer, &body.0, expires_in, shared);
         }
@@ -421,9 +448,9 @@ fn fetched(cx: &mut Cx<'_>, node: NodeIx, body: Option<Body>, expires: Option<u6
 }
 
 /// Every node's summary counters, summed.
-pub(crate) fn report(states: &[NodeState], now: std::time::Instant) -> SummaryReport {
+pub(crate) fn report(summaries: &Summaries, now: std::time::Instant) -> SummaryReport {
     let mut r = SummaryReport::default();
-    for s in states {
+    for s in &summaries.nodes {
         let local = s.sender.summary().stats();
         r.update_messages += local.updates;
         r.update_rounds += s.sender.rounds();
