@@ -41,6 +41,7 @@ mod headers;
 mod idle;
 mod metrics;
 mod outcome;
+mod proxy_error;
 mod ranges;
 mod refusal;
 mod resolve;
@@ -60,11 +61,10 @@ mod upstream;
 mod vary;
 mod zerocopy;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use config::{Config, ConfigError, DEFAULT_CONFIG};
+pub use proxy_error::ProxyError;
 pub use server::{Listeners, Proxy};
 
 /// State every request of one proxy shares.
@@ -105,51 +105,28 @@ impl Shared {
     }
 }
 
-/// Why a proxy could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
-    /// The config is invalid.
-    #[error("invalid config: {0}")]
-    Config(#[from] ConfigError),
-    /// A listener could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// `multicast_mode = "ip"`, and IP multicast on loopback is not available.
-    #[error("multicast group {group}: {reason}")]
-    Multicast {
-        /// The group.
-        group: std::net::SocketAddrV4,
-        /// Why.
-        reason: String,
-    },
-    /// Active Cache could not start (engine, or a bound module that does not load).
-    #[error("applets: {0}")]
-    Applets(String),
-    /// A disk of the store could not be used.
-    #[error("store.disk: {0}")]
-    Disk(meshcache_disk::OpenError),
-    /// Proxy authentication could not start (the htpasswd file, the helpers).
-    #[error("auth: {0}")]
-    Auth(meshcache_auth::AuthError),
-    /// The error page templates could not be read.
-    #[error("cannot read error pages from {path:?}: {source}")]
-    ErrorPages {
-        /// The directory.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The access log could not be opened.
-    #[error("cannot open access log {path:?}: {source}")]
-    AccessLog {
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+impl coop::host::Host for Shared {
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn cache(&self) -> &cache::Cache {
+        &self.cache
+    }
+
+    fn link(&self) -> &coop::Link {
+        &self.coop
+    }
+
+    fn upstream(&self) -> &upstream::Upstream {
+        &self.upstream
+    }
+
+    fn via(&self) -> &http::HeaderValue {
+        self.via.own()
+    }
+
+    fn efficiency(&self) -> &efficiency::Efficiency {
+        &self.metrics.efficiency
+    }
 }

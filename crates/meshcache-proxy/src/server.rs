@@ -263,6 +263,7 @@ impl Proxy {
             shared.coop.attach(socket.clone());
             tasks.push(tokio::spawn(crate::coop::run_icp(
                 shared.clone(),
+                shared.coop.upkeep(),
                 socket,
                 stop_rx.clone(),
             )));
@@ -285,23 +286,26 @@ impl Proxy {
         if let Some(summaries) = shared.coop.summary_follower() {
             summaries.bind_inbox(shared.config.cooperation.icp_listen.ip());
             // Attached before the first client is accepted: no admission goes unseen.
-            if !shared.cache.follow(summaries) {
+            if !shared.cache.follow(summaries.clone()) {
                 tracing::error!("the store already has a follower; the summary will not see it");
             }
             tasks.push(tokio::spawn(crate::coop::summary::run_local(
                 shared.clone(),
+                summaries.clone(),
                 stop_rx.clone(),
             )));
             tasks.push(tokio::spawn(crate::coop::summary::run_fetch(
                 shared.clone(),
+                summaries,
                 stop_rx.clone(),
             )));
         }
-        if shared.coop.directory().is_some() {
+        if let Some(directory) = shared.coop.upkeep().directory.clone() {
             // Subscribed before the first client is accepted: every admission reaches its owner.
             let events = shared.cache.subscribe();
             tasks.push(tokio::spawn(crate::coop::directory::run_updates(
                 shared.clone(),
+                directory,
                 events,
                 stop_rx.clone(),
             )));

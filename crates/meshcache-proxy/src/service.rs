@@ -1408,7 +1408,8 @@ fn internal(
     request: &HeaderMap,
     head: bool,
 ) -> Response<ProxyBody> {
-    let (status, mut headers, body) = crate::coop::summary::serve(shared, which, request);
+    let (status, mut headers, body) =
+        crate::coop::summary::serve(&shared.coop, shared.coop.summaries(), which, request);
     headers.insert(X_CACHE.clone(), shared.x_cache_hit.clone());
     add_via(shared, &mut headers);
     let code = if status == StatusCode::OK {

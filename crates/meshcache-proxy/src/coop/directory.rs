@@ -1,6 +1,6 @@
 //! The directory protocol's driver: runs `meshcache_dcm::directory` with the ICP socket.
 //!
-//! Searches start in [`super::Coop::route`]; this module sends what the state machine
+//! Searches start in `Coop::route` (`mod.rs`); this module sends what the state machine
 //! asks for (`DIR_GET`, `DIR_DATA`, candidate queries, batched `DIR_ADD` / `DIR_DEL`), takes
 //! the directory datagrams that arrive on the ICP socket, and follows the store's events so
 //! that the owners of our objects' entries hear of every admission and eviction.
@@ -24,9 +24,10 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 use tokio::sync::Notify;
 
+use super::host::Host;
 use super::link::Link;
+use crate::cache::Cache;
 use crate::config::Config;
-use crate::Shared;
 
 /// The directory upkeep of a node (the state machine is the engine's protocol).
 pub struct DirectoryState {
@@ -119,10 +120,8 @@ impl DirectoryState {
 /// Encodes `sends` and sends them from the ICP socket. A candidate query addressed to
 /// ourselves (variant 2, when the owner holds the object too) is answered here, straight to
 /// the requester.
-pub(crate) async fn send(shared: &Shared, sends: Vec<Outgoing>) {
-    if let Some(d) = shared.coop.directory() {
-        send_with(&shared.coop, d, Some(shared), sends).await;
-    }
+pub(crate) async fn send(host: &impl Host, d: &DirectoryState, sends: Vec<Outgoing>) {
+    send_with(host.link(), d, Some(host.cache()), sends).await;
 }
 
 /// As [`send`], for a search's own messages (never a query to ourselves).
@@ -130,12 +129,12 @@ pub(crate) async fn send_from(link: &Link, d: &DirectoryState, sends: Vec<Outgoi
     send_with(link, d, None, sends).await;
 }
 
-async fn send_with(link: &Link, d: &DirectoryState, shared: Option<&Shared>, sends: Vec<Outgoing>) {
+async fn send_with(link: &Link, d: &DirectoryState, cache: Option<&Cache>, sends: Vec<Outgoing>) {
     let coop = link;
     let Some(socket) = coop.icp_socket() else {
         return;
     };
-    for (to, datagram) in encode(coop, shared, d, sends) {
+    for (to, datagram) in encode(coop, cache, d, sends) {
         match socket.send_to(&datagram, to).await {
             Ok(_) => {
                 coop.counters
@@ -154,10 +153,10 @@ async fn send_with(link: &Link, d: &DirectoryState, shared: Option<&Shared>, sen
     }
 }
 
-/// The datagrams for `sends`; a query to ourselves is answered from `shared`'s store.
+/// The datagrams for `sends`; a query to ourselves is answered from `cache`.
 fn encode(
     coop: &Link,
-    shared: Option<&Shared>,
+    cache: Option<&Cache>,
     d: &DirectoryState,
     sends: Vec<Outgoing>,
 ) -> Vec<(SocketAddr, Vec<u8>)> {
@@ -208,9 +207,9 @@ fn encode(
                 on_behalf_of,
             } => {
                 if to == d.me {
-                    if let (Some(requester), Some(shared)) = (on_behalf_of, shared) {
+                    if let (Some(requester), Some(cache)) = (on_behalf_of, cache) {
                         let query = icp::Message::query(reqnum, url.as_bytes());
-                        let kind = holding_reply(shared, SocketAddr::V4(requester), &url);
+                        let kind = holding_reply(coop, cache, SocketAddr::V4(requester), &url);
                         if let Ok(reply) = icp::Message::reply(kind, &query) {
                             let ok = icp::encode(&reply, &mut datagram).is_ok();
                             if ok {
@@ -276,10 +275,9 @@ fn batches(
 }
 
 /// Our answer to a query about `url` from `asker`.
-fn holding_reply(shared: &Shared, asker: SocketAddr, url: &str) -> icp::Opcode {
-    let coop = &shared.coop;
+fn holding_reply(coop: &Link, cache: &Cache, asker: SocketAddr, url: &str) -> icp::Opcode {
     let who = coop.mesh_on_query(asker);
-    let holding = if shared.cache.fresh_for(url, coop.config().icp_hit_min_fresh) {
+    let holding = if cache.fresh_for(url, coop.config().icp_hit_min_fresh) {
         meshcache_dcm::Holding::Fresh
     } else {
         meshcache_dcm::Holding::Nothing
@@ -297,7 +295,7 @@ fn holding_reply(shared: &Shared, asker: SocketAddr, url: &str) -> icp::Opcode {
 /// `Some(from)` for an ordinary query, the requester for an honoured forwarded one, `None`
 /// for a forwarded query we must not honour (dropped and counted).
 pub(crate) fn reply_address(
-    shared: &Shared,
+    link: &Link,
     from: SocketAddr,
     options: icp::Options,
     option_data: u32,
@@ -307,31 +305,35 @@ pub(crate) fn reply_address(
         return Some(from);
     }
     let port = u16::try_from(option_data).ok()?;
-    let to = shared
-        .coop
+    let to = link
         .with_protocol(|_, d: &mut Directory| {
             d.forwarded_reply_to(from, SocketAddrV4::new(requester, port))
         })
         .flatten();
     if to.is_none() {
-        shared.coop.counters.dropped.fetch_add(1, Relaxed);
+        link.counters.dropped.fetch_add(1, Relaxed);
         tracing::debug!(%from, "forwarded query from or for a non-member, dropped");
     }
     to
 }
 
 /// A directory datagram arrived from `from`: returns what to send in answer.
-pub(crate) fn on_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) -> Vec<Outgoing> {
-    if shared.coop.directory().is_none() {
-        shared.coop.counters.dropped.fetch_add(1, Relaxed);
+pub(crate) fn on_datagram(
+    link: &Link,
+    d: Option<&DirectoryState>,
+    datagram: &[u8],
+    from: SocketAddr,
+) -> Vec<Outgoing> {
+    if d.is_none() {
+        link.counters.dropped.fetch_add(1, Relaxed);
         return Vec::new();
     }
     let now = Instant::now();
     let msg = match wire::decode(datagram) {
         Ok(m) => m,
         Err(e) => {
-            shared.coop.counters.dropped.fetch_add(1, Relaxed);
-            let n = shared.coop.counters.directory_bad.fetch_add(1, Relaxed) + 1;
+            link.counters.dropped.fetch_add(1, Relaxed);
+            let n = link.counters.directory_bad.fetch_add(1, Relaxed) + 1;
             if n.is_power_of_two() {
                 tracing::warn!(%from, error = %e, bad = n, "malformed directory message dropped");
             }
@@ -344,47 +346,43 @@ pub(crate) fn on_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) ->
                 return Vec::new();
             };
             let key = StoreKey::get(url).0;
-            shared
-                .coop
-                .with_protocol(|_, d: &mut Directory| {
-                    d.on_get(
-                        now,
-                        from,
-                        g.requester,
-                        g.reqnum,
-                        g.optimistic,
-                        g.forward,
-                        g.alpha,
-                        url,
-                        &key,
-                    )
-                })
-                .unwrap_or_default()
+            link.with_protocol(|_, d: &mut Directory| {
+                d.on_get(
+                    now,
+                    from,
+                    g.requester,
+                    g.reqnum,
+                    g.optimistic,
+                    g.forward,
+                    g.alpha,
+                    url,
+                    &key,
+                )
+            })
+            .unwrap_or_default()
         }
         DirMessage::Data(data) => {
-            let (sends, route) = shared
-                .coop
+            let (sends, route) = link
                 .with_protocol(|mesh, d: &mut Directory| {
                     d.on_data(now, mesh, from, data.reqnum, data.forwarded, &data.nodes)
                 })
                 .unwrap_or_default();
             if let Some(route) = route {
-                shared.coop.decided(data.reqnum, route);
+                link.decided(data.reqnum, route);
             }
             sends
         }
         DirMessage::Add(u) | DirMessage::Del(u) => {
             let add = datagram.first() == Some(&wire::OPCODE_DIR_ADD);
-            let accepted = shared
-                .coop
+            let accepted = link
                 .with_protocol(|_, d: &mut Directory| {
                     d.on_update(now, from, u.holder, add, &u.keys)
                 })
                 .unwrap_or(false);
             if accepted {
-                shared.coop.heard_from_addr(from);
+                link.heard_from_addr(from);
             } else {
-                let n = shared.coop.counters.directory_bad.fetch_add(1, Relaxed) + 1;
+                let n = link.counters.directory_bad.fetch_add(1, Relaxed) + 1;
                 if n.is_power_of_two() {
                     tracing::warn!(%from, bad = n, "directory update from a non-member or for another member, dropped");
                 }
@@ -397,15 +395,13 @@ pub(crate) fn on_datagram(shared: &Shared, datagram: &[u8], from: SocketAddr) ->
 /// Follows the store: every admission and removal reaches the owner of the object's entry,
 /// through dcm's [`Upkeep`] (drained 10 ms after the first event of a burst, the whole store
 /// announced again every `ttl / 2`, and after events were lost).
-pub(crate) async fn run_updates(
-    shared: Arc<Shared>,
+pub(crate) async fn run_updates<H: Host>(
+    host: Arc<H>,
+    d: Arc<DirectoryState>,
     mut events: tokio::sync::broadcast::Receiver<StoreEvent>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let Some(d) = shared.coop.directory() else {
-        return;
-    };
-    let mut upkeep = Upkeep::new(Instant::now(), shared.config.cooperation.directory_ttl);
+    let mut upkeep = Upkeep::new(Instant::now(), host.config().cooperation.directory_ttl);
     loop {
         let wake = tokio::time::Instant::from_std(upkeep.next_wake());
         // Asleep until there is something to do: a store event, an update queued by a miss's
@@ -427,8 +423,8 @@ pub(crate) async fn run_updates(
                 upkeep.note(Instant::now(), [], 1);
             }
             () = tokio::time::sleep_until(wake) => {
-                let woken = shared.coop.with_protocol(|_, dir: &mut Directory| {
-                    let keys = || shared.cache.keys().into_iter().map(|k| k.0);
+                let woken = host.link().with_protocol(|_, dir: &mut Directory| {
+                    let keys = || host.cache().keys().into_iter().map(|k| k.0);
                     upkeep.wake(Instant::now(), dir, keys)
                 });
                 match woken {
@@ -437,7 +433,7 @@ pub(crate) async fn run_updates(
                     Some(None) => {}
                     Some(Some((sends, _))) => {
                         if !sends.is_empty() {
-                            send(&shared, sends).await;
+                            send(&*host, &d, sends).await;
                         }
                     }
                 }

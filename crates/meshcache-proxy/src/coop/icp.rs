@@ -11,19 +11,23 @@ use meshcache_dcm::{Reply, ReplyKind};
 use meshcache_wire::icp;
 use tokio::net::UdpSocket;
 
-use super::link::icp_allowed;
+use super::host::Host;
+use super::link::{icp_allowed, Link};
+use super::upkeep::Upkeep;
+use crate::cache::Cache;
 use crate::efficiency::Category;
-use crate::Shared;
 
 /// The UDP side of ICP: answers queries from the store, feeds replies to searches.
-pub(crate) async fn run_icp(
-    shared: Arc<Shared>,
+pub(crate) async fn run_icp<H: Host>(
+    host: Arc<H>,
+    upkeep: Arc<Upkeep>,
     socket: Arc<UdpSocket>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     let mut out = Vec::with_capacity(1024);
-    let efficiency = &shared.metrics.efficiency;
+    let efficiency = host.efficiency();
+    let link = host.link();
     loop {
         tokio::select! {
             r = socket.readable() => {
@@ -39,11 +43,7 @@ pub(crate) async fn run_icp(
         let start = Instant::now();
         let (len, from) = match socket.try_recv_from(&mut buf) {
             Ok(x) => {
-                shared
-                    .coop
-                    .counters
-                    .bytes_received
-                    .fetch_add(x.0 as u64, Relaxed);
+                link.counters.bytes_received.fetch_add(x.0 as u64, Relaxed);
                 x
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
@@ -56,26 +56,22 @@ pub(crate) async fn run_icp(
             .first()
             .is_some_and(|&op| meshcache_wire::directory::is_directory_opcode(op))
         {
-            shared
-                .coop
-                .counters
-                .directory_received
-                .fetch_add(1, Relaxed);
-            let sends = super::directory::on_datagram(&shared, &buf[..len], from);
-            if !sends.is_empty() {
-                super::directory::send(&shared, sends).await;
+            link.counters.directory_received.fetch_add(1, Relaxed);
+            let directory = upkeep.directory.as_deref();
+            let sends = super::directory::on_datagram(link, directory, &buf[..len], from);
+            if let (Some(d), false) = (directory, sends.is_empty()) {
+                super::directory::send(&*host, d, sends).await;
             }
             efficiency.add(Category::Peer, start.elapsed());
             continue;
         }
         out.clear();
-        let (reply_to, category) = handle_datagram(&shared, &buf[..len], from, &mut out);
+        let (reply_to, category) =
+            handle_datagram(link, host.cache(), &upkeep, &buf[..len], from, &mut out);
         if let Some(reply_to) = reply_to {
             if socket.send_to(&out, reply_to).await.is_ok() {
-                shared.coop.counters.replies_sent.fetch_add(1, Relaxed);
-                shared
-                    .coop
-                    .counters
+                link.counters.replies_sent.fetch_add(1, Relaxed);
+                link.counters
                     .bytes_sent
                     .fetch_add(out.len() as u64, Relaxed);
             }
@@ -87,7 +83,9 @@ pub(crate) async fn run_icp(
 /// Handles one datagram; returns where to send `out` when it holds a reply, and what kind of
 /// work it was (a reply to our search, or anything else: work for others).
 fn handle_datagram(
-    shared: &Shared,
+    coop: &Link,
+    cache: &Cache,
+    upkeep: &Upkeep,
     datagram: &[u8],
     from: SocketAddr,
     out: &mut Vec<u8>,
@@ -101,7 +99,7 @@ fn handle_datagram(
     }
     if datagram.first() == Some(&meshcache_wire::summary::OPCODE_DIRUPDATE) {
         // Summary upkeep serves our own searches.
-        super::summary::on_update_datagram(&shared.coop, shared.coop.summaries(), datagram, from);
+        super::summary::on_update_datagram(coop, upkeep.summaries.as_deref(), datagram, from);
         return (None, Category::Search);
     }
     let opcode = datagram.first().and_then(|&b| icp::Opcode::from_u8(b));
@@ -111,17 +109,18 @@ fn handle_datagram(
         }
         Some(_) => Category::Search,
     };
-    (respond(shared, datagram, from, out), category)
+    (respond(coop, cache, upkeep, datagram, from, out), category)
 }
 
 /// Decodes and handles one datagram; returns where to send `out` when it holds a reply.
 fn respond(
-    shared: &Shared,
+    coop: &Link,
+    cache: &Cache,
+    upkeep: &Upkeep,
     datagram: &[u8],
     from: SocketAddr,
     out: &mut Vec<u8>,
 ) -> Option<SocketAddr> {
-    let coop = &shared.coop;
     let message = match icp::decode(datagram) {
         Ok(m) => m,
         Err(e) => {
@@ -138,7 +137,7 @@ fn respond(
             coop.counters.queries_received.fetch_add(1, Relaxed);
             if meshcache_wire::multicast::is_multicast_query(&message) {
                 // Hits only: a miss, a stranger or a malformed URL get silence.
-                return super::multicast::answer(shared, &message, from, out);
+                return super::multicast::answer(coop, cache, &message, from, out);
             }
             let requester = match &message.payload {
                 icp::Payload::Query { requester, .. } => *requester,
@@ -146,7 +145,7 @@ fn respond(
             };
             // A forwarded directory query is answered at the member it names.
             let reply_to = super::directory::reply_address(
-                shared,
+                coop,
                 from,
                 message.options,
                 message.option_data,
@@ -157,13 +156,12 @@ fn respond(
             let url = message
                 .url_str()
                 .filter(|u| !u.contains(char::is_whitespace));
-            let holding = if url
-                .is_some_and(|u| shared.cache.fresh_for(u, coop.config().icp_hit_min_fresh))
-            {
-                meshcache_dcm::Holding::Fresh
-            } else {
-                meshcache_dcm::Holding::Nothing
-            };
+            let holding =
+                if url.is_some_and(|u| cache.fresh_for(u, coop.config().icp_hit_min_fresh)) {
+                    meshcache_dcm::Holding::Fresh
+                } else {
+                    meshcache_dcm::Holding::Nothing
+                };
             let kind = if url.is_none() {
                 ReplyKind::Err
             } else {
@@ -205,7 +203,7 @@ fn respond(
                 url,
                 src_rtt_ms: message.src_rtt().map(|r| r.rtt_ms),
             };
-            if let (Some(s), ReplyKind::Miss | ReplyKind::MissNoFetch) = (&coop.summaries, kind) {
+            if let (Some(s), ReplyKind::Miss | ReplyKind::MissNoFetch) = (&upkeep.summaries, kind) {
                 // Summary Cache asks only peers whose summary said hit: a miss is a false hit.
                 if let Some(peer) = coop.peer_at(from) {
                     s.false_hit(peer);

@@ -5,11 +5,13 @@
 //! moves the search on, perhaps to a next step (Summary Cache asks its candidates one at a
 //! time), until it is decided. `crate::forward` then walks the route's hops.
 //!
-//! Layout, from the bottom: [`link`] (the engine, the ICP socket, the waiters, the counters),
-//! the protocols' upkeep ([`summary`], [`directory`], [`multicast`]: their own messages and
-//! timers, reaching their machines through the link), [`icp`] (the UDP side), and this file
-//! (building the engine, following searches). No protocol is named here but in building the
-//! engine ([`configured_search`]).
+//! Layout, from the bottom: [`link`] (the engine, the ICP socket, the waiters, the counters)
+//! and [`host`] (what cooperation uses of the node: the node implements it), the protocols'
+//! upkeep ([`summary`], [`directory`], [`multicast`]: their own messages and timers, reaching
+//! their machines through the link and the node through a host), [`upkeep`] (their states
+//! together), [`icp`] (the UDP side), and this file (building the engine, following
+//! searches). No file here imports one above it, nor the node. No protocol is named here but
+//! in building the engine ([`configured_search`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::ops::Deref;
@@ -27,10 +29,14 @@ use serde::Serialize;
 use crate::config::{CooperationConfig, PeerConfig, Protocol};
 
 pub(crate) mod directory;
+pub(crate) mod host;
 mod icp;
 mod link;
 pub(crate) mod multicast;
 pub(crate) mod summary;
+mod upkeep;
+
+pub(crate) use upkeep::Upkeep;
 
 pub(crate) use icp::run_icp;
 pub use link::{icp_allowed, Link};
@@ -40,14 +46,10 @@ pub use link::{icp_allowed, Link};
 pub struct Coop {
     link: Link,
     specs: Vec<PeerSpec>,
-    /// Our summary and the peers' (summary and digest protocols).
-    summaries: Option<Arc<summary::Summaries>>,
-    /// The directory's upkeep (directory protocol).
-    directory: Option<directory::DirectoryState>,
+    /// Each protocol's upkeep state.
+    upkeep: Arc<Upkeep>,
     /// Whether any peer is a parent.
     has_parents: bool,
-    /// The multicast sockets' state (multicast protocol).
-    multicast: Option<multicast::MulticastState>,
 }
 
 impl Deref for Coop {
@@ -106,31 +108,38 @@ impl Coop {
         Coop {
             link: Link::new(engine, config.clone()),
             specs,
-            summaries: summary::Summaries::new(full).map(Arc::new),
-            directory,
+            upkeep: Arc::new(Upkeep {
+                summaries: summary::Summaries::new(full).map(Arc::new),
+                directory: directory.map(Arc::new),
+                multicast: multicast::MulticastState::new(full).map(Arc::new),
+            }),
             has_parents,
-            multicast: multicast::MulticastState::new(full),
         }
     }
 
     /// The summary state, when the protocol keeps summaries.
     pub fn summaries(&self) -> Option<&summary::Summaries> {
-        self.summaries.as_deref()
+        self.upkeep.summaries.as_deref()
     }
 
     /// The summary state as the store's follower.
     pub(crate) fn summary_follower(&self) -> Option<Arc<summary::Summaries>> {
-        self.summaries.clone()
+        self.upkeep.summaries.clone()
+    }
+
+    /// Each protocol's upkeep state, for the node's tasks.
+    pub(crate) fn upkeep(&self) -> Arc<Upkeep> {
+        self.upkeep.clone()
     }
 
     /// The directory state, when the protocol is `directory`.
     pub fn directory(&self) -> Option<&directory::DirectoryState> {
-        self.directory.as_ref()
+        self.upkeep.directory.as_deref()
     }
 
     /// The multicast state, when the protocol is `multicast`.
     pub fn multicast(&self) -> Option<&multicast::MulticastState> {
-        self.multicast.as_ref()
+        self.upkeep.multicast.as_deref()
     }
 
     /// The parents that may take a request for `host` and whose HTTP side is up, in
@@ -183,7 +192,7 @@ impl Coop {
         let key = meshcache_store::StoreKey::get(url).0;
         // What the peers' summaries say, read before the engine is locked (a request that may
         // not ask siblings, with no parent to ask, needs none).
-        let mut candidates = self.summaries.as_deref().map(|s| {
+        let mut candidates = self.summaries().map(|s| {
             s.read_inbox(self, meshcache_dcm::summary::pace::INBOX_POLL);
             if hierarchical || self.has_parents {
                 s.candidates(&key)
@@ -261,12 +270,12 @@ impl Coop {
         for (reqnum, to) in queries {
             self.send_queries(reqnum, url, &to).await;
         }
-        if let Some(m) = &self.multicast {
+        if let Some(m) = self.multicast() {
             for (reqnum, to) in group {
                 multicast::send_queries(self, m, reqnum, url, &to).await;
             }
         }
-        if let (Some(d), false) = (&self.directory, directory.is_empty()) {
+        if let (Some(d), false) = (self.directory(), directory.is_empty()) {
             directory::send_from(self, d, directory).await;
         }
     }

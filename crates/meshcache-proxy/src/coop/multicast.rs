@@ -34,10 +34,12 @@ use parking_lot::Mutex;
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
 
+use super::host::Host;
 use super::link::Link;
+use crate::cache::Cache;
 use crate::config::{Config, MulticastMode, Protocol};
 use crate::efficiency::Category;
-use crate::{ProxyError, Shared};
+use crate::proxy_error::ProxyError;
 
 /// How long the start-up probe waits to see its own datagram come back through the group.
 pub const PROBE_WAIT: Duration = Duration::from_millis(200);
@@ -321,17 +323,17 @@ pub(crate) async fn send_queries(
 /// Our answer to a multicast `query` from `from` (by the group, or unicast with the flag):
 /// where to send `out` when it holds a HIT; `None` for silence.
 pub(crate) fn answer(
-    shared: &Shared,
+    coop: &Link,
+    cache: &Cache,
     query: &icp::Message,
     from: SocketAddr,
     out: &mut Vec<u8>,
 ) -> Option<SocketAddr> {
-    let coop = &shared.coop;
     // A malformed URL gets no ICP_OP_ERR either: the sender asked for hits only.
     let url = query
         .url_str()
         .filter(|u| !u.is_empty() && !u.contains(char::is_whitespace))?;
-    let holding = if shared.cache.fresh_for(url, coop.config().icp_hit_min_fresh) {
+    let holding = if cache.fresh_for(url, coop.config().icp_hit_min_fresh) {
         Holding::Fresh
     } else {
         Holding::Nothing
@@ -373,14 +375,14 @@ fn is_own(from: SocketAddr, own: Option<SocketAddr>) -> bool {
 }
 
 /// The group side: receives the members' queries and answers the hits from the ICP socket.
-pub(crate) async fn run_group(
-    shared: Arc<Shared>,
+pub(crate) async fn run_group<H: Host>(
+    host: Arc<H>,
     socket: Arc<UdpSocket>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut buf = vec![0u8; icp::MAX_DATAGRAM + 1];
     let mut out = Vec::with_capacity(1024);
-    let coop = &shared.coop;
+    let coop = host.link();
     let own = coop.icp_addr();
     loop {
         tokio::select! {
@@ -416,7 +418,7 @@ pub(crate) async fn run_group(
         };
         coop.counters.queries_received.fetch_add(1, Relaxed);
         out.clear();
-        if let Some(to) = answer(&shared, &query, from, &mut out) {
+        if let Some(to) = answer(coop, host.cache(), &query, from, &mut out) {
             if let Some(icp_socket) = coop.icp_socket() {
                 if icp_socket.send_to(&out, to).await.is_ok() {
                     coop.counters.replies_sent.fetch_add(1, Relaxed);
@@ -426,10 +428,7 @@ pub(crate) async fn run_group(
                 }
             }
         }
-        shared
-            .metrics
-            .efficiency
-            .add(Category::Peer, start.elapsed());
+        host.efficiency().add(Category::Peer, start.elapsed());
     }
 }
 

@@ -40,10 +40,10 @@ use meshcache_summary::Hashing;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 
+use super::host::Host;
 use super::link::Link;
 use crate::cache::StoreFollower;
 use crate::config::{Config, Protocol};
-use crate::Shared;
 
 /// Squid's path for a cache's own digest.
 pub const DIGEST_PATH: &str = "/squid-internal-periodic/store_digest";
@@ -327,15 +327,16 @@ impl StoreFollower for Summaries {
 
 /// Sends our updates when they are due, resizes the filter to the store, rebuilds the digest we
 /// serve. Attach `s` as the cache's follower before this runs.
-pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let Some(s) = shared.coop.summaries() else {
-        return;
-    };
-    let period = shared.config.cooperation.digest_rebuild_period;
+pub(crate) async fn run_local<H: Host>(
+    host: Arc<H>,
+    s: Arc<Summaries>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let period = host.config().cooperation.digest_rebuild_period;
     // While the disks' rebuild runs, the digest served misses what it has yet to find: it is
     // rebuilt as soon as the rebuild is over, not a whole period later (as Squid does). Asked
     // before the first digest is built, so a rebuild that ends in between is not missed.
-    let mut disks_rebuilding = !shared.cache.disks_rebuilt();
+    let mut disks_rebuilding = !host.cache().disks_rebuilt();
     s.publish();
     let mut rebuild = tokio::time::interval(period);
     rebuild.tick().await;
@@ -350,14 +351,14 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                 continue;
             }
             _ = rebuild_check.tick(), if disks_rebuilding => {
-                if shared.cache.disks_rebuilt() {
+                if host.cache().disks_rebuilt() {
                     disks_rebuilding = false;
                     s.publish();
                 }
                 continue;
             }
             _ = idle.tick(), if s.inbox.get().is_some() => {
-                s.read_inbox(&shared.coop, INBOX_IDLE / 2);
+                s.read_inbox(host.link(), INBOX_IDLE / 2);
                 continue;
             }
             _ = stop.changed() => return,
@@ -370,10 +371,10 @@ pub(crate) async fn run_local(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         }
         s.woken.store(false, Relaxed);
         let drained = s.local.lock().drain(Instant::now());
-        send_updates(&shared, s, &drained.updates).await;
+        send_updates(&*host, &s, &drained.updates).await;
         if let Some(capacity) = drained.resize {
             tracing::info!(capacity, "resizing the summary to the store");
-            rebuild_from_store(&shared.cache, s, capacity);
+            rebuild_from_store(host.cache(), &s, capacity);
         }
     }
 }
@@ -399,8 +400,9 @@ fn rebuild_from_store(cache: &crate::cache::Cache, s: &Summaries, capacity: u32)
 }
 
 /// Sends update datagrams to every peer we exchange summaries with.
-async fn send_updates(shared: &Shared, s: &Summaries, updates: &[Arc<[u8]>]) {
-    let Some(socket) = shared.coop.icp_socket() else {
+async fn send_updates(host: &impl Host, s: &Summaries, updates: &[Arc<[u8]>]) {
+    let link = host.link();
+    let Some(socket) = link.icp_socket() else {
         return;
     };
     if updates.is_empty() {
@@ -409,8 +411,7 @@ async fn send_updates(shared: &Shared, s: &Summaries, updates: &[Arc<[u8]>]) {
     let targets: Vec<SocketAddr> = {
         let receiver = s.peers.lock();
         let inboxes = s.inboxes.lock();
-        shared
-            .config
+        host.config()
             .peers
             .iter()
             .enumerate()
@@ -422,9 +423,7 @@ async fn send_updates(shared: &Shared, s: &Summaries, updates: &[Arc<[u8]>]) {
         for &to in &targets {
             if socket.send_to(datagram, to).await.is_ok() {
                 s.counters.updates_sent.fetch_add(1, Relaxed);
-                shared
-                    .coop
-                    .counters
+                link.counters
                     .bytes_sent
                     .fetch_add(datagram.len() as u64, Relaxed);
                 s.counters
@@ -476,10 +475,11 @@ fn on_update(coop: &Link, s: &Summaries, datagram: &[u8], from: SocketAddr) {
 }
 
 /// Fetches peers' whole summaries when they are due.
-pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let Some(s) = shared.coop.summaries() else {
-        return;
-    };
+pub(crate) async fn run_fetch<H: Host>(
+    host: Arc<H>,
+    s: Arc<Summaries>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(FETCH_CHECK_INTERVAL);
     loop {
         tokio::select! {
@@ -488,7 +488,7 @@ pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         }
         let due = s.peers.lock().fetch_due(Instant::now());
         for peer in due {
-            let fetch = fetch_one(&shared, s, peer);
+            let fetch = fetch_one(&*host, &s, peer);
             tokio::select! {
                 _ = fetch => {}
                 _ = stop.changed() => return,
@@ -498,20 +498,22 @@ pub(crate) async fn run_fetch(shared: Arc<Shared>, mut stop: watch::Receiver<boo
 }
 
 /// Fetches one peer's summary and installs (or refuses) it.
-async fn fetch_one(shared: &Shared, s: &Summaries, peer: PeerId) {
-    let spec = shared.coop.spec(peer);
+async fn fetch_one(host: &impl Host, s: &Summaries, peer: PeerId) {
+    let Some(spec) = host.config().peers.get(peer.0) else {
+        return;
+    };
     let name = spec.name.clone();
     let path = match s.flavor {
         Flavor::Digest => DIGEST_PATH,
         Flavor::Summary => SUMMARY_PATH,
     };
-    let limit = shared.config.cooperation.peer_response_timeout * 2;
+    let limit = host.config().cooperation.peer_response_timeout * 2;
     // Our inbox, for the peer to send its updates to (summary protocol).
     let inbox = s
         .inbox_addr()
-        .zip(shared.coop.icp_addr())
+        .zip(host.link().icp_addr())
         .map(|(inbox, icp)| format!("{icp}; inbox={}", inbox.port()));
-    let got = tokio::time::timeout(limit, get(shared, spec.http, path, inbox.as_deref())).await;
+    let got = tokio::time::timeout(limit, get(host, spec.http, path, inbox.as_deref())).await;
     let now = Instant::now();
     let (body, expires) = match got {
         Ok(Ok(x)) => x,
@@ -542,7 +544,7 @@ async fn fetch_one(shared: &Shared, s: &Summaries, peer: PeerId) {
 
 /// GETs `path` from a peer's HTTP port (origin-form, as Squid rewrites its internal URLs).
 async fn get(
-    shared: &Shared,
+    node: &impl Host,
     peer: SocketAddr,
     path: &str,
     inbox: Option<&str>,
@@ -560,12 +562,12 @@ async fn get(
         HeaderValue::from_static("application/cache-digest"),
     );
     h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
-    h.insert(header::VIA, shared.via.own().clone());
+    h.insert(header::VIA, node.via().clone());
     if let Some(v) = inbox.and_then(|v| HeaderValue::from_str(v).ok()) {
         h.insert(INBOX_HEADER, v);
     }
-    let (resp, lease) = shared
-        .upstream
+    let (resp, lease) = node
+        .upstream()
         .send(&host, peer.port(), req)
         .await
         .map_err(|e| e.to_string())?;
@@ -622,16 +624,17 @@ pub(crate) fn internal(config: &Config, uri: &Uri) -> Option<Internal> {
 
 /// The response to an internal request.
 pub(crate) fn serve(
-    shared: &Shared,
+    link: &Link,
+    s: Option<&Summaries>,
     which: Internal,
     request: &HeaderMap,
 ) -> (StatusCode, HeaderMap, Bytes) {
     if let (Internal::Summary, Some(s), Some(v)) = (
         which,
-        shared.coop.summaries(),
+        s,
         request.get(INBOX_HEADER).and_then(|v| v.to_str().ok()),
     ) {
-        if s.peer_inbox(&shared.coop, v).is_none() {
+        if s.peer_inbox(link, v).is_none() {
             tracing::debug!(
                 inbox = v,
                 "summary inbox named by no peer we exchange with; ignored"
@@ -644,7 +647,6 @@ pub(crate) fn serve(
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         (StatusCode::NOT_FOUND, Bytes::from_static(msg.as_bytes()))
     };
-    let s = shared.coop.summaries();
     let (status, body) = match (which, s) {
         (Internal::Digest, Some(s)) => {
             let local = s.local.lock();
