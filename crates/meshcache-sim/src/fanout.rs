@@ -177,6 +177,15 @@ impl Fanout {
     }
 }
 
+/// One target of a search: the peer in `node`'s table, and the node behind it.
+#[derive(Clone, Copy)]
+struct Target {
+    peer: PeerId,
+    node: NodeIx,
+    /// Its place in the order queries are sent.
+    index: u64,
+}
+
 impl Fanout {
     /// Takes on what `node` (`n`) owes: CPU and interface time as backlog (absorbed by idle
     /// time since its CPU or interface was last free), datagrams as counts.
@@ -318,18 +327,7 @@ impl Fanout {
         }
         Some(first)
     }
-}
 
-/// One target of a search: the peer in `node`'s table, and the node behind it.
-#[derive(Clone, Copy)]
-struct Target {
-    peer: PeerId,
-    node: NodeIx,
-    /// Its place in the order queries are sent.
-    index: u64,
-}
-
-impl Fanout {
     /// An ICP search for request `req`'s object `obj`, a miss at `node` whose request was handled
     /// at `t`: queries booked, the deciding replies timed, the route decided.
     pub(crate) fn search(
