@@ -39,6 +39,7 @@ mod forward;
 mod guard;
 mod headers;
 mod idle;
+mod interim;
 mod metrics;
 mod outcome;
 mod proxy_error;

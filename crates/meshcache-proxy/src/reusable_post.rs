@@ -66,6 +66,7 @@ mod tests {
             path: "/form?x=1".into(),
             directness: Directness::Either,
             received: http::Version::HTTP_11,
+            interim: None,
         }
     }
 

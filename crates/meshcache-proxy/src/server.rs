@@ -24,6 +24,7 @@ use crate::config::{Config, SocketOptions};
 use crate::coop::Coop;
 use crate::efficiency::{Category, ConnCategory, Source, Timed};
 use crate::guard::{GuardedStream, HeadLimits, ViolationSlot};
+use crate::interim::Interim;
 use crate::metrics::Metrics;
 use crate::outcome::{HierCode, ResultCode};
 use crate::sockopt::{self, Side};
@@ -474,7 +475,8 @@ async fn serve_connection(
         max_bytes: usize::try_from(cfg.max_header_bytes).unwrap_or(usize::MAX),
         max_headers: cfg.max_headers,
     };
-    let stream = ZeroCopyStream::new(stream);
+    let interim = Arc::new(Interim::new(&stream));
+    let stream = ZeroCopyStream::new(stream, interim.clone());
     let io = GuardedStream::new(stream, limits, slot.clone())
         .with_timeouts(cfg.idle_timeout, cfg.header_read_timeout);
     let svc_shared = shared.clone();
@@ -483,6 +485,7 @@ async fn serve_connection(
     // until its first request, nobody (its time is overhead).
     let category = Arc::new(ConnCategory::unattributed());
     let svc_category = category.clone();
+    let svc_interim = interim.clone();
     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let who = if svc_shared.coop.is_peer_request(peer.ip(), req.headers()) {
             Category::Peer
@@ -491,7 +494,21 @@ async fn serve_connection(
         };
         svc_category.begin_request(who);
         svc_shared.metrics.efficiency.count_request(who);
-        service::handle(svc_shared.clone(), peer, allowed, svc_slot.clone(), req)
+        let relay = svc_interim.begin(req.version());
+        let answered = svc_interim.clone();
+        let handled = service::handle(
+            svc_shared.clone(),
+            peer,
+            allowed,
+            svc_slot.clone(),
+            relay,
+            req,
+        );
+        async move {
+            let response = handled.await;
+            answered.answered();
+            response
+        }
     });
     let conn = http1::Builder::new()
         // The guard bounds heads already; hyper's buffer only needs room for one.

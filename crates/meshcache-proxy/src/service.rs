@@ -46,6 +46,7 @@ use crate::error::UpstreamError;
 use crate::forward::{self, Forwarded};
 use crate::guard::ViolationSlot;
 use crate::headers::{self, parse_range, RangeRequest};
+use crate::interim::InterimRelay;
 use crate::outcome::ResultCode;
 use crate::ranges::{self, PieceHead};
 use crate::refusal::refuse;
@@ -69,6 +70,7 @@ pub(crate) async fn handle(
     client: SocketAddr,
     allowed: bool,
     violation: ViolationSlot,
+    relay: Option<InterimRelay>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let (parts, body) = req.into_parts();
@@ -156,6 +158,7 @@ pub(crate) async fn handle(
     };
     target.directness = admitted.directness;
     target.received = parts.version;
+    target.interim = relay;
     if headers::via_contains(&parts.headers, &shared.config.name)
         || headers::via_hops(&parts.headers) > headers::MAX_VIA_HOPS
     {

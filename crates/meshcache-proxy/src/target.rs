@@ -6,6 +6,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
 use crate::headers;
+use crate::interim::InterimRelay;
 use crate::routing::Directness;
 use crate::stamps::add_via_received;
 use crate::upstream::UpBody;
@@ -27,6 +28,9 @@ pub(crate) struct Target {
     /// The HTTP version the client's request came in (the upstream request's `Via` says it);
     /// `HTTP/1.1` for requests the node makes itself.
     pub received: Version,
+    /// Where the interim (1xx) responses to the upstream request go: an HTTP/1.1 client's
+    /// connection; none for an HTTP/1.0 client and for the requests the node makes itself.
+    pub interim: Option<InterimRelay>,
 }
 
 impl Target {
@@ -104,6 +108,7 @@ impl Target {
             path,
             directness: Directness::Either,
             received: Version::HTTP_11,
+            interim: None,
         })
     }
 }
@@ -211,6 +216,13 @@ pub(crate) fn upstream_request(
         h.insert(header::HOST, v);
     }
     add_via_received(shared, h, target.received);
+    if let Some(relay) = &target.interim {
+        relay.arm();
+        let (relay, via) = (relay.clone(), shared.via.clone());
+        hyper::ext::on_informational(&mut out, move |head| {
+            relay.relay(head.status(), head.headers(), via.received(head.version()));
+        });
+    }
     out
 }
 
@@ -228,6 +240,7 @@ mod tests {
             path: path.into(),
             directness: Directness::Either,
             received: Version::HTTP_11,
+            interim: None,
         }
     }
 

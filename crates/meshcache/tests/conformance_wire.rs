@@ -160,12 +160,32 @@ async fn via_names_the_version_each_message_was_received_in() {
     proxy.stop().await;
 }
 
-#[tokio::test]
-async fn interim_responses_are_consumed_and_never_stored() {
-    let origin = Scripted::start(8, |_, _| {
+/// The messages of a raw response stream: each interim head, then the final response (its
+/// head and body).
+fn split_interim(response: &str) -> (Vec<&str>, &str) {
+    let mut interim = Vec::new();
+    let mut rest = response;
+    while rest.starts_with("HTTP/1.1 1") {
+        let Some((head, after)) = rest.split_once("\r\n\r\n") else {
+            break;
+        };
+        interim.push(head);
+        rest = after;
+    }
+    (interim, rest)
+}
+
+/// An origin that answers with a `103 Early Hints` (a `Link`), a `102 Processing` and the final
+/// response, cacheable for a minute.
+async fn hinting_origin() -> Scripted {
+    Scripted::start(8, |_, _| {
         let mut out = head(
             "HTTP/1.1 103 Early Hints",
-            &[("Link", "</style.css>; rel=preload; as=style")],
+            &[
+                ("Link", "</style.css>; rel=preload; as=style"),
+                ("Connection", "X-Hop"),
+                ("X-Hop", "hop-by-hop, not forwarded"),
+            ],
         );
         out.extend(head("HTTP/1.1 102 Processing", &[]));
         out.extend(reply(
@@ -178,24 +198,109 @@ async fn interim_responses_are_consumed_and_never_stored() {
         ));
         out
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn interim_responses_are_relayed_to_the_client_and_never_stored() {
+    // RFC 9110 §15.2: a proxy MUST forward 1xx responses; RFC 9111 §3: they are not stored.
+    let origin = hinting_origin().await;
     let proxy = node(|_| {}).await;
     let url = origin.url("/hinted");
-    for (n, code) in [(1, "TCP_MISS/200"), (2, "TCP_MEM_HIT/200")] {
-        let got = raw_request(&proxy, &origin, "GET", &url, "").await;
+    let got = raw_request(&proxy, &origin, "GET", &url, "").await;
+    let (interim, last) = split_interim(&got);
+    assert_eq!(interim.len(), 2, "the 103 and the 102, in order: {got}");
+    assert!(
+        interim[0].starts_with("HTTP/1.1 103 Early Hints\r\n"),
+        "{got}"
+    );
+    let hints = raw_fields(&format!("{}\r\n\r\n", interim[0]));
+    assert!(
+        hints
+            .iter()
+            .any(|(n, v)| n == "link" && v == "</style.css>; rel=preload; as=style"),
+        "the 103 carries its Link: {got}"
+    );
+    assert!(
+        !hints.iter().any(|(n, _)| n == "x-hop" || n == "connection"),
+        "hop-by-hop fields stay behind: {got}"
+    );
+    assert!(
+        hints
+            .iter()
+            .any(|(n, v)| n == "via" && v.contains("meshcache/")),
+        "the 103 names this hop: {got}"
+    );
+    assert!(
+        interim[1].starts_with("HTTP/1.1 102 Processing\r\n"),
+        "{got}"
+    );
+    assert!(last.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(
+        !raw_fields(last).iter().any(|(n, _)| n == "link"),
+        "the 103's Link is not in the final response: {got}"
+    );
+    assert_eq!(raw_body(last), "the final body");
+    assert_eq!(proxy.log_code(1).await, "TCP_MISS/200");
+
+    // The hit: the stored response alone, without the 1xx or their fields.
+    let got = raw_request(&proxy, &origin, "GET", &url, "").await;
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(!got.contains(" 103 ") && !got.contains(" 102 "), "{got}");
+    assert!(!raw_fields(&got).iter().any(|(n, _)| n == "link"), "{got}");
+    assert_eq!(raw_body(&got), "the final body");
+    assert_eq!(proxy.log_code(2).await, "TCP_MEM_HIT/200");
+    assert_eq!(origin.count("GET", "/hinted"), 1);
+
+    // Two misses on one kept-alive connection: each gets its own 1xx, before its answer.
+    let (a, b) = (origin.url("/kept-a"), origin.url("/kept-b"));
+    let req = |url: &str, last: bool| {
+        format!(
+            "GET {url} HTTP/1.1\r\nHost: {}\r\n{}\r\n",
+            origin.addr,
+            if last { "Connection: close\r\n" } else { "" }
+        )
+    };
+    let both = format!("{}{}", req(&a, false), req(&b, true));
+    let got = raw(proxy.addr, both.as_bytes()).await;
+    assert_eq!(
+        got.matches("HTTP/1.1 103 Early Hints\r\n").count(),
+        2,
+        "{got}"
+    );
+    assert_eq!(got.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{got}");
+    let first_final = got.find("HTTP/1.1 200 OK").unwrap_or(0);
+    let second_hint = got.rfind("HTTP/1.1 103").unwrap_or(0);
+    assert!(
+        second_hint > first_final,
+        "the second 103 follows the first answer: {got}"
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn an_http_1_0_client_gets_no_interim_response_and_our_version() {
+    // RFC 9110 §15.2: no 1xx to an HTTP/1.0 client; §6.2: the status line carries this
+    // hop's version, 1.1, with HTTP/1.0's framing (no chunked coding).
+    let origin = hinting_origin().await;
+    let proxy = node(|_| {}).await;
+    let url = origin.url("/old-client");
+    for code in ["TCP_MISS/200", "TCP_MEM_HIT/200"] {
+        let req = format!("GET {url} HTTP/1.0\r\nHost: {}\r\n\r\n", origin.addr);
+        let got = raw(proxy.addr, req.as_bytes()).await;
         assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{code}: {got}");
         assert!(
             !got.contains(" 103 ") && !got.contains(" 102 "),
             "{code}: {got}"
         );
         assert!(
-            !raw_fields(&got).iter().any(|(n, _)| n == "link"),
-            "{code}: the 103's Link leaked: {got}"
+            !got.to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
+            "{code}: {got}"
         );
-        assert_eq!(raw_body(&got), "the final body", "{code}");
-        assert_eq!(proxy.log_code(n).await, code);
+        assert_eq!(raw_body(&got), "the final body", "{code}: {got}");
     }
-    assert_eq!(origin.count("GET", "/hinted"), 1);
+    assert_eq!(origin.count("GET", "/old-client"), 1);
     proxy.stop().await;
 }
 

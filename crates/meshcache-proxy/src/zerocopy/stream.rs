@@ -11,13 +11,16 @@ use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::regions::{self, SendCounters};
+use crate::interim::Interim;
 
 /// A client connection's socket that sends spans of registered mappings with sendfile(2);
-/// everything else is passed to the [`TcpStream`] unchanged. See the
+/// everything else is passed to the [`TcpStream`] unchanged, after the interim responses and
+/// the status-line version its [`Interim`] has for it. See the
 /// [module documentation](super).
 #[derive(Debug)]
 pub struct ZeroCopyStream {
     stream: TcpStream,
+    interim: Arc<Interim>,
 }
 
 impl ZeroCopyStream {
@@ -29,9 +32,9 @@ impl ZeroCopyStream {
         unsent(&self.stream)
     }
 
-    /// Wraps `stream`.
-    pub fn new(stream: TcpStream) -> Self {
-        ZeroCopyStream { stream }
+    /// Wraps `stream`, whose interim responses and status-line version `interim` keeps.
+    pub(crate) fn new(stream: TcpStream, interim: Arc<Interim>) -> Self {
+        ZeroCopyStream { stream, interim }
     }
 
     /// Sends `head` (buffers outside any mapping) with `MSG_MORE`, then `span` bytes of `file`
@@ -98,6 +101,9 @@ impl AsyncWrite for ZeroCopyStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if let Some(n) = ready!(this.interim.poll_before_write(&mut this.stream, cx, buf))? {
+            return Poll::Ready(Ok(n));
+        }
         if let Some(source) = regions::locate(buf) {
             return this.poll_send(cx, source, &[], buf.len());
         }
@@ -110,6 +116,13 @@ impl AsyncWrite for ZeroCopyStream {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        let head = bufs
+            .iter()
+            .find(|b| !b.is_empty())
+            .map_or(&[][..], |b| &b[..]);
+        if let Some(n) = ready!(this.interim.poll_before_write(&mut this.stream, cx, head))? {
+            return Poll::Ready(Ok(n));
+        }
         let first = bufs
             .iter()
             .enumerate()
@@ -125,11 +138,22 @@ impl AsyncWrite for ZeroCopyStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        let this = self.get_mut();
+        ready!(this.interim.poll_before_flush(&mut this.stream, cx))?;
+        ready!(Pin::new(&mut this.stream).poll_flush(cx))?;
+        this.interim.flushed();
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+impl Drop for ZeroCopyStream {
+    fn drop(&mut self) {
+        // Before the socket closes: nothing is relayed to it after this.
+        self.interim.closed();
     }
 }
 
