@@ -285,7 +285,7 @@ async fn an_http_1_0_client_gets_no_interim_response_and_our_version() {
     let origin = hinting_origin().await;
     let proxy = node(|_| {}).await;
     let url = origin.url("/old-client");
-    for code in ["TCP_MISS/200", "TCP_MEM_HIT/200"] {
+    for (n, code) in [(1, "TCP_MISS/200"), (2, "TCP_MEM_HIT/200")] {
         let req = format!("GET {url} HTTP/1.0\r\nHost: {}\r\n\r\n", origin.addr);
         let got = raw(proxy.addr, req.as_bytes()).await;
         assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{code}: {got}");
@@ -299,6 +299,7 @@ async fn an_http_1_0_client_gets_no_interim_response_and_our_version() {
             "{code}: {got}"
         );
         assert_eq!(raw_body(&got), "the final body", "{code}: {got}");
+        assert_eq!(proxy.log_code(n).await, code);
     }
     assert_eq!(origin.count("GET", "/old-client"), 1);
     proxy.stop().await;
