@@ -19,9 +19,11 @@
 //!   response's head, `HTTP/1.0 `, sent as `HTTP/1.1 `. hyper keeps HTTP/1.0's framing (no
 //!   chunked coding, the connection closed or kept alive as 1.0 does), which the client reads.
 //!
-//! A 1xx is relayed only while the request it answers is the one in flight and not yet
-//! answered ([`InterimRelay`]): an upstream request that outlives its client's answer (a background
-//! revalidation, a fetch finished for the cache after the client left) relays nothing.
+//! A 1xx is relayed only while the request it answers is the one in flight and hyper has
+//! written nothing since it arrived ([`InterimRelay`]): an upstream request that outlives its
+//! client's answer (a background revalidation, a fetch finished for the cache after the client
+//! left) relays nothing. (So neither does one after hyper's own `100 Continue` to the same
+//! request: rare, as interim responses go.)
 //!
 //! Until a request of the connection asks for either, the socket's writes only read one
 //! flag; after, each write and flush takes an uncontended lock.
@@ -50,7 +52,8 @@ const OURS: &[u8] = b"HTTP/1.1 ";
 pub(crate) struct Interim {
     /// Set once a request asked for either: until then the socket's writes take no lock.
     armed: AtomicBool,
-    /// The request in flight, not yet answered (0: none), and the last number given.
+    /// The request in flight, before hyper wrote anything for it (0: none), and the last
+    /// number given.
     current: AtomicU64,
     numbered: AtomicU64,
     state: Mutex<State>,
@@ -100,11 +103,13 @@ impl Interim {
         self.armed.store(true, Ordering::Release);
     }
 
-    /// A request sent as `version` arrived: it is the one in flight until
-    /// [`Interim::answered`]. Its relay, for an HTTP/1.1 client (RFC 9110 §15.2: none for an
-    /// HTTP/1.0 one, whose response's status line is to carry our HTTP-version instead).
+    /// A request sent as `version` arrived: it is the one in flight until hyper writes (its
+    /// answer). Its relay, for an HTTP/1.1 client (RFC 9110 §15.2: none for an HTTP/1.0 one,
+    /// whose response's status line is to carry our HTTP-version instead).
     pub(crate) fn begin(self: &Arc<Self>, version: Version) -> Option<InterimRelay> {
-        let request = self.numbered.fetch_add(1, Ordering::Relaxed) + 1;
+        // Only the connection's task numbers its requests: no read-modify-write needed.
+        let request = self.numbered.load(Ordering::Relaxed) + 1;
+        self.numbered.store(request, Ordering::Relaxed);
         self.current.store(request, Ordering::Release);
         if version == Version::HTTP_10 {
             self.arm();
@@ -114,11 +119,6 @@ impl Interim {
             interim: self.clone(),
             request,
         })
-    }
-
-    /// The request in flight has its answer (handed to hyper): its relay relays nothing more.
-    pub(crate) fn answered(&self) {
-        self.current.store(0, Ordering::Release);
     }
 
     /// Interim response `status` with `fields` for `request`, with `via` our `Via` entry for
@@ -178,6 +178,10 @@ impl Interim {
         cx: &mut Context<'_>,
         first: &[u8],
     ) -> Poll<io::Result<Option<usize>>> {
+        // Whatever hyper writes now is the answer to the request in flight (or the rest of an
+        // earlier one): its 1xx are too late from here, whether or not it asked for any yet (a
+        // background revalidation may).
+        self.current.store(0, Ordering::Release);
         if !self.armed.load(Ordering::Acquire) {
             return Poll::Ready(Ok(None));
         }

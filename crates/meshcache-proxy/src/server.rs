@@ -495,20 +495,14 @@ async fn serve_connection(
         svc_category.begin_request(who);
         svc_shared.metrics.efficiency.count_request(who);
         let relay = svc_interim.begin(req.version());
-        let answered = svc_interim.clone();
-        let handled = service::handle(
+        service::handle(
             svc_shared.clone(),
             peer,
             allowed,
             svc_slot.clone(),
             relay,
             req,
-        );
-        async move {
-            let response = handled.await;
-            answered.answered();
-            response
-        }
+        )
     });
     let conn = http1::Builder::new()
         // The guard bounds heads already; hyper's buffer only needs room for one.

@@ -1242,6 +1242,11 @@ fn refresh_in_background(
     let Collapse::Leader(guard) = shared.cache.collapse(&target.url) else {
         return;
     };
+    // The client has its answer: nothing of this fetch goes to its connection.
+    let target = Target {
+        interim: None,
+        ..target
+    };
     tokio::spawn(async move {
         let _guard = guard;
         let object = found.object();
