@@ -52,6 +52,11 @@ const OURS: &[u8] = b"HTTP/1.1 ";
 pub(crate) struct Interim {
     /// Set once a request asked for either: until then the socket's writes take no lock.
     armed: AtomicBool,
+    /// Whether everything hyper gave the socket has gone out: nothing was written since the
+    /// last completed flush (hyper flushes the socket only once its own buffer is empty). Kept
+    /// on every write, armed or not: a connection armed later may still be sending an earlier
+    /// response.
+    clean: AtomicBool,
     /// The request in flight, before hyper wrote anything for it (0: none), and the last
     /// number given.
     current: AtomicU64,
@@ -71,9 +76,6 @@ pub(crate) struct InterimRelay {
 struct State {
     /// The connection's socket, while it is open (cleared under this lock before it closes).
     fd: Option<RawFd>,
-    /// Whether everything hyper gave the socket has gone out: nothing was written since the
-    /// last completed flush (hyper flushes the socket only once its own buffer is empty).
-    clean: bool,
     /// Interim bytes the socket did not take at once: they go ahead of hyper's next write.
     pending: Vec<u8>,
     /// The next head hyper writes is a response to an HTTP/1.0 client: send our version.
@@ -87,11 +89,11 @@ impl Interim {
     pub(crate) fn new(stream: &TcpStream) -> Self {
         Interim {
             armed: AtomicBool::new(false),
+            clean: AtomicBool::new(true),
             current: AtomicU64::new(0),
             numbered: AtomicU64::new(0),
             state: Mutex::new(State {
                 fd: Some(stream.as_raw_fd()),
-                clean: true,
                 pending: Vec::new(),
                 own_version: false,
                 dropped: 0,
@@ -138,7 +140,7 @@ impl Interim {
             // Answered already (or another request is in flight): too late for the client.
             return;
         }
-        if !st.clean {
+        if !self.clean.load(Ordering::Acquire) {
             st.dropped += 1;
             if st.dropped.is_power_of_two() {
                 tracing::debug!(
@@ -183,18 +185,20 @@ impl Interim {
         // background revalidation may).
         self.current.store(0, Ordering::Release);
         if !self.armed.load(Ordering::Acquire) {
+            self.clean.store(false, Ordering::Release);
             return Poll::Ready(Ok(None));
         }
         let mut st = self.state.lock();
         ready!(poll_pending(&mut st, stream, cx))?;
-        let rewrite = st.own_version && st.clean && first.starts_with(THEIRS);
+        let clean = self.clean.load(Ordering::Acquire);
+        let rewrite = st.own_version && clean && first.starts_with(THEIRS);
         if rewrite {
             let n = ready!(Pin::new(&mut *stream).poll_write(cx, OURS))?;
             st.pending.extend_from_slice(&OURS[n..]);
         }
         // The first write after the request asked decides: the head, or nothing to change.
         st.own_version = false;
-        st.clean = false;
+        self.clean.store(false, Ordering::Release);
         Poll::Ready(Ok(rewrite.then_some(THEIRS.len())))
     }
 
@@ -212,9 +216,7 @@ impl Interim {
 
     /// hyper's flush completed: everything it wrote has gone to the socket.
     pub(crate) fn flushed(&self) {
-        if self.armed.load(Ordering::Acquire) {
-            self.state.lock().clean = true;
-        }
+        self.clean.store(true, Ordering::Release);
     }
 
     /// The socket is about to close: nothing more is written to it from here.

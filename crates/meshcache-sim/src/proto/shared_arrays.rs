@@ -14,7 +14,6 @@
 //! whose array is its own (nobody else holds it) changes it in place. Entries are weak: an
 //! array lives as long as some reader holds it, and a dead entry is dropped at the next prune.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use meshcache_dcm::summary::exchange::Arrays;
@@ -22,6 +21,7 @@ use meshcache_dcm::summary::{apply_delta, array_of, Deltas};
 use meshcache_summary::{BloomArray, CacheDigest, DigestError};
 use meshcache_wire::summary::{self as wire, DirUpdate};
 use meshcache_wire::WireError;
+use rustc_hash::FxHashMap;
 
 /// What a fetched body decoded to.
 #[derive(Clone)]
@@ -43,8 +43,9 @@ struct Derived {
 /// The arrays shared among the nodes of one simulation.
 #[derive(Default)]
 pub(crate) struct SharedArrays {
-    decoded: HashMap<usize, Decoded>,
-    derived: HashMap<(usize, u32), Derived>,
+    /// Keyed by address: FxHash, not SipHash (nothing here comes from outside the run).
+    decoded: FxHashMap<usize, Decoded>,
+    derived: FxHashMap<(usize, u32), Derived>,
     /// Entries at the last prune: the next comes when there are twice as many.
     pruned_at: usize,
 }
