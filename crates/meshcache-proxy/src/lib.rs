@@ -3,7 +3,8 @@
 //! A request enters through [`server`] (listeners, ACL, limits, shutdown), is handled by
 //! `service` (the request lifecycle, described there), which consults the [`cache`] (store,
 //! Vary, collapsed forwarding, store events) under the rules of [`storable`] and [`semantics`] (RFC 9111, pure; [`directives`] and [`vary`] read the fields they need),
-//! and goes upstream through [`upstream`] (persistent pooled connections). The response body
+//! and goes upstream through [`upstream`] (persistent pooled connections); the upstream
+//! server's interim (1xx) responses reach the client through `interim`. The response body
 //! ([`body`]) streams back to the client, captures a copy for the store when allowed, and ends
 //! the transaction with one line in the [`accesslog`] and the [`metrics`]. [`efficiency`] times
 //! the work by kind (clients, peers, searches) against the process's CPU time. [`sockopt`]
