@@ -75,7 +75,7 @@ pub struct Hit<'a> {
 }
 
 impl Invocation {
-    /// This invocation as a [`Hit`] for [`Runtime::run_deferred`]: borrowed, with the document
+    /// This invocation as a [`Hit`] for `Runtime::run_deferred`: borrowed, with the document
     /// shared (its headers and body are reference-counted). The headers are back in `self` when
     /// the run returns.
     #[inline]

@@ -8,13 +8,13 @@
 //! access beyond the host interface, under CPU, memory and copy bounds.
 //!
 //! Layout:
-//! - [`abi`]: the interface, declared once: imports, the entry point, outcome codes.
-//! - [`hit`]: what a run sees and makes: the request, the stored responses, the built response.
+//! - `abi`: the interface, declared once: imports, the entry point, outcome codes.
+//! - `hit`: what a run sees and makes: the request, the stored responses, the built response.
 //! - `host`: the host functions behind it, each bounded.
-//! - [`runtime`]: the engine, compiled-module cache, epoch ticker and one run.
+//! - `runtime`: the engine, compiled-module cache, epoch ticker and one run.
 //! - `rewind`: the instrumentation that lets an instance be put back as it was made, so the
 //!   next hit can run in it.
-//! - [`state`]: what outlives a run: per-origin key/value stores and the log spool.
+//! - `state`: what outlives a run: per-origin key/value stores and the log spool.
 //! - [`config`]: the `[applets]` section.
 //! - [`header`]: the `CacheApplet` header and the same-origin rule.
 //!

@@ -282,7 +282,7 @@ pub(crate) fn file_id(file: &File) -> std::io::Result<(u64, u64)> {
     Ok((m.dev(), m.ino()))
 }
 
-/// One disk of the store; see the [module documentation](self).
+/// One disk of the store; see the module's documentation.
 pub struct Disk {
     pub(crate) shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,

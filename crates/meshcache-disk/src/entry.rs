@@ -74,7 +74,7 @@ impl Location {
     }
 }
 
-/// One object of the disk's index; see the [module documentation](self).
+/// One object of the disk's index; see the module's documentation.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct DiskEntry {
     key: StoreKey,
@@ -104,7 +104,7 @@ impl DiskEntry {
     ///
     /// # Errors
     ///
-    /// [`Unpackable`] for a slab record longer than [`MAX_SLAB_RECORD`] or shorter than a
+    /// `Unpackable` for a slab record longer than `MAX_SLAB_RECORD` or shorter than a
     /// header, a unit at or beyond 2^41, or a file of 2^61 bytes or more.
     pub fn new(
         key: StoreKey,

@@ -60,7 +60,7 @@ pub enum Found {
     Twin(DiskEntry),
 }
 
-/// A disk's index; see the [module documentation](self).
+/// A disk's index; see the module's documentation.
 #[derive(Debug)]
 pub struct DiskIndex {
     catalog: Catalog<DiskEntry>,
@@ -280,7 +280,7 @@ impl DiskIndex {
         }
     }
 
-    /// Settles a [`Found::Twin`]: `newer` is the one of the two records of the key with the
+    /// Settles a `Found::Twin`: `newer` is the one of the two records of the key with the
     /// larger serial. If `older` is still the one indexed, the newer replaces it; the record
     /// not indexed becomes garbage.
     pub fn settle(&mut self, found: DiskEntry, indexed: DiskEntry, found_is_newer: bool) {

@@ -16,9 +16,9 @@
 //! tiers form one store with one event stream. The disk's own threads borrow it through
 //! [`IndexHolder`]:
 //!
-//! * the **writer** ([`writer`](crate::writer) module) does every write, removal and sync in
+//! * the **writer** (the `writer` module) does every write, removal and sync in
 //!   queue order; a full queue or a failing disk drops writes, never delays a client;
-//! * the **rebuild** ([`rebuild`](crate::rebuild) module) reads the disk after a start and
+//! * the **rebuild** (the `rebuild` module) reads the disk after a start and
 //!   indexes what it finds, while the node already serves.
 //!
 //! ## Layout
@@ -35,7 +35,7 @@
 //! * `read.rs` — reading records for hits.
 //! * `stream.rs` — [`DiskStream`]: a large object written as it arrives.
 //! * `fault.rs` — [`Fault`]s: kinds, counts, logging, write backoff.
-//! * `check.rs` — [`check`]: the offline check (and repair) of a directory.
+//! * `check.rs` — [`check()`]: the offline check (and repair) of a directory.
 
 pub mod check;
 mod disk;

@@ -11,7 +11,7 @@
 /// Bytes per unit: the slab's allocation grain and the alignment of its records.
 pub const UNIT: u64 = 256;
 
-/// The free-space map of a slab; see the [module documentation](self).
+/// The free-space map of a slab; see the module's documentation.
 #[derive(Clone, Debug)]
 pub struct Space {
     /// Bit set: the unit is used (or not known to be free).

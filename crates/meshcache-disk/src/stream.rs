@@ -12,7 +12,7 @@ use meshcache_store::StoreKey;
 
 use crate::disk::{Job, Shared};
 
-/// A large object being written; see the [module documentation](self).
+/// A large object being written; see the module's documentation.
 pub struct DiskStream {
     shared: Arc<Shared>,
     id: u64,

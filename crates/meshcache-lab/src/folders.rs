@@ -1,6 +1,6 @@
 //! The folders the lab makes on the way to its nodes' folders.
 //!
-//! A Squid node started by root runs as another user ([`crate::squid_user`]) that must enter
+//! A Squid node started by root runs as another user (`crate::squid_user`) that must enter
 //! every folder above its own. Under a strict umask (077) the folders the lab creates would be
 //! closed to that user like any other, so each folder the lab creates itself gets search
 //! permission for its group and for others: `--x`, which lets a user pass through it to a

@@ -14,14 +14,14 @@
 //! | [`client`] | the client emulator: N clients with bounded outstanding requests, latency histograms, outcomes from `X-Cache` |
 //! | [`link`] | user-space link emulation (delay, jitter, loss, bandwidth) for TCP and UDP |
 //! | [`experiment`] | the experiment file (`meshcache lab run EXPERIMENT.toml`) and its validation |
-//! | [`topology`] | flat, 3.1, 2.2, 2.2.dom, pair, and custom cache graphs |
-//! | [`node`] | nodes' addresses, generated configs (meshcache TOML, squid.conf) and processes |
-//! | [`squid_user`] | who a Squid node runs as (as root: the user it drops to), and what that user may do with a folder |
+//! | `topology` | flat, 3.1, 2.2, 2.2.dom, pair, and custom cache graphs |
+//! | `node` | nodes' addresses, generated configs (meshcache TOML, squid.conf) and processes |
+//! | `squid_user` | who a Squid node runs as (as root: the user it drops to), and what that user may do with a folder |
 //! | [`folders`] | the folders the lab creates on the way to its nodes' folders, enterable by Squid's user |
 //! | [`preflight`] | before a run: programs, Squid's user and folders, CPUs and listening addresses, one line per problem |
-//! | [`measure`] | CPU, UDP/TCP counters and the nodes' own counters, before and after a measured phase |
-//! | [`tcpcount`] | TCP segments sent and received per node, from the kernel's per-socket counters (sock_diag) |
-//! | [`replay`] | a workload's requests split into per-node jobs and replayed by the client emulator |
+//! | `measure` | CPU, UDP/TCP counters and the nodes' own counters, before and after a measured phase |
+//! | `tcpcount` | TCP segments sent and received per node, from the kernel's per-socket counters (sock_diag) |
+//! | `replay` | a workload's requests split into per-node jobs and replayed by the client emulator |
 //! | [`run`] | the runner: workloads and the pre-flight check, then origins, links, nodes, warm-up, measured replay, teardown |
 //! | [`results`] | what a run measured (`results.json`) |
 //! | [`report`] | `results.md` (Table 2 shaped), the Hit Ratio Efficiency Graph and latency plots |

@@ -10,7 +10,7 @@
 //!
 //! * the programs every node is started through (`setpriv`, and `taskset` when the nodes are
 //!   pinned), the meshcache binary (meshcache nodes) and a squid binary (Squid nodes);
-//! * who Squid runs as ([`crate::squid_user`]): as root it drops to its own user, who must
+//! * who Squid runs as (`crate::squid_user`): as root it drops to its own user, who must
 //!   exist, must be able to enter every folder above the nodes' folders (judged from each
 //!   folder's mode bits for that user), and must be able to create shared memory in
 //!   `/dev/shm`. The lab hands each Squid node's folder to that user and creates its own
@@ -108,7 +108,7 @@ pub struct Needs {
     pub squid: bool,
     /// The squid binary found, if any.
     pub squid_binary: Option<PathBuf>,
-    /// Who Squid runs as ([`squid_user::runs_as`]), known once the binary is found.
+    /// Who Squid runs as (`squid_user::runs_as`), known once the binary is found.
     pub squid_user: Option<RunsAs>,
     /// The meshcache binary, when some run has meshcache nodes.
     pub meshcache: Option<PathBuf>,

@@ -8,12 +8,12 @@
 //! list file (`[lists] name = "path"`), which is how 100,000-entry domain blocklists are kept.
 //!
 //! Layout:
-//! - [`config`]: the serde shape of a rule (`[[access]]`) and of the named lists.
-//! - [`items`]: the "any plain item, no negated item" combinator every matcher shares.
-//! - [`domain`], [`ipset`], [`port`], [`names`], [`url`], [`time`]: one file per kind of item set.
+//! - `config`: the serde shape of a rule (`[[access]]`) and of the named lists.
+//! - `items`: the "any plain item, no negated item" combinator every matcher shares.
+//! - `domain`, `ipset`, `port`, `names`, `url`, [`time`]: one file per kind of item set.
 //! - `domain_index`: every `domain` matcher of a rule list in one table, one lookup per request.
-//! - [`list`]: named list files, read once per load.
-//! - [`rule`] and [`rules`]: a compiled rule and the ordered list that decides a [`Request`].
+//! - `list`: named list files, read once per load.
+//! - `rule` and `rules`: a compiled rule and the ordered list that decides a [`Request`].
 //!
 //! Evaluation is pure: the caller passes what it knows of the request, including the time. Facts
 //! that cost something to learn (the resolved destination address, the authenticated user, a

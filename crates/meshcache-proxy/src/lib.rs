@@ -1,13 +1,13 @@
 //! meshcache-proxy: the caching HTTP/1.1 forward proxy.
 //!
-//! A request enters through [`server`] (listeners, ACL, limits, shutdown), is handled by
+//! A request enters through `server` (listeners, ACL, limits, shutdown), is handled by
 //! `service` (the request lifecycle, described there), which consults the [`cache`] (store,
-//! Vary, collapsed forwarding, store events) under the rules of [`storable`] and [`semantics`] (RFC 9111, pure; [`directives`] and [`vary`] read the fields they need),
-//! and goes upstream through [`upstream`] (persistent pooled connections); the upstream
+//! Vary, collapsed forwarding, store events) under the rules of `storable` and [`semantics`] (RFC 9111, pure; `directives` and `vary` read the fields they need),
+//! and goes upstream through `upstream` (persistent pooled connections); the upstream
 //! server's interim (1xx) responses reach the client through `interim`. The response body
-//! ([`body`]) streams back to the client, captures a copy for the store when allowed, and ends
-//! the transaction with one line in the [`accesslog`] and the [`metrics`]. [`efficiency`] times
-//! the work by kind (clients, peers, searches) against the process's CPU time. [`sockopt`]
+//! (`body`) streams back to the client, captures a copy for the store when allowed, and ends
+//! the transaction with one line in the `accesslog` and the `metrics`. `efficiency` times
+//! the work by kind (clients, peers, searches) against the process's CPU time. `sockopt`
 //! applies each side's socket options and reads back what the kernel made of them.
 //!
 //! Embedding it:

@@ -1,7 +1,7 @@
 //! HTTP caching rules (RFC 9111), kept pure: every function takes `now`.
 //!
 //! Whether a response is stored, and its freshness, is decided once on arrival
-//! ([`crate::storable`]); a stored object keeps only the numbers that yields in a compact
+//! (`crate::storable`); a stored object keeps only the numbers that yields in a compact
 //! [`Freshness`] record, so that it costs a few bytes of metadata rather than a second copy of
 //! both header maps. What happens on a later request — request directives, serving stale,
 //! revalidation and 304 merging — is decided here.
@@ -109,7 +109,7 @@ impl Refresh {
 
 impl Freshness {
     /// Decides whether a response to `req` may be stored, and if so its freshness, with the
-    /// default policy but for `heuristic_fraction` (see [`storable::assess`]).
+    /// default policy but for `heuristic_fraction` (see `storable::assess`).
     pub fn for_exchange(
         req: &request::Parts,
         status: StatusCode,

@@ -228,7 +228,7 @@ impl Proxy {
         &self.shared.config
     }
 
-    /// Rotates the access log (see [`AccessLog::rotate`]); a failure is logged, and the log
+    /// Rotates the access log (see `AccessLog::rotate`); a failure is logged, and the log
     /// goes on where it was.
     pub fn rotate_logs(&self) {
         let Some(log) = &self.shared.log else {

@@ -34,7 +34,7 @@ pub trait Record {
 const MAX_ENTRIES: usize = (u32::MAX - 1) as usize;
 
 /// A byte-budgeted set of records with a selectable replacement policy; see the
-/// [module documentation](self).
+/// module's documentation.
 ///
 /// `S` hashes keys in the index: by default the standard library's keyed SipHash, because a
 /// proxy's keys come from its clients' URLs. A simulator replaying a trace, where nobody chooses

@@ -7,9 +7,9 @@
 //!   wire format (control block + mask), and the receiver's checks;
 //! * [`hashing`]: the hash functions — disjoint bit groups of the MD5 store
 //!   key (the paper's rule; Squid's four words as the default);
-//! * [`bloom`]: a neighbour's summary, a plain bit array kept current by
+//! * `bloom`: a neighbour's summary, a plain bit array kept current by
 //!   delta updates;
-//! * [`counting`]: the counting Bloom filter a node keeps over its own
+//! * `counting`: the counting Bloom filter a node keeps over its own
 //!   store, whose snapshot is a digest and whose bit changes are the delta
 //!   updates a summary protocol sends.
 //!

@@ -12,7 +12,7 @@
 //!   answers with `ICP_OP_ERR` versus silently drops ([`Verdict`]). The facts come from
 //!   `shared/spec/icp.md`; the byte vectors in `tests/vectors/` were captured from Debian's
 //!   Squid 5.7 (`tests/vectors/README.md` says how).
-//! - [`error`] — [`WireError`], the crate's one error enum, and [`Verdict`].
+//! - `error` — [`WireError`], the crate's one error enum, and [`Verdict`].
 //!
 //! - [`summary`] — Summary Cache (SC-ICP): `ICP_OP_DIRUPDATE` delta updates and the whole
 //!   array served over HTTP.

@@ -30,7 +30,7 @@ pub enum SimCommand {
 /// Where the requests come from, and the spec.
 #[derive(clap::Args)]
 pub struct Input {
-    /// The simulation spec (TOML: [mesh], [protocol], [net], [replay]); without it, the
+    /// The simulation spec (TOML: tables `mesh`, `protocol`, `net`, `replay`); without it, the
     /// defaults (4 sibling caches, ICP).
     #[arg(long)]
     spec: Option<PathBuf>,

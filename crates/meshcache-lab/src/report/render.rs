@@ -115,7 +115,7 @@ impl Figure {
     }
 
     /// Renders the figure to a PNG file. Needs a font registered with
-    /// plotters (see [`write_all_with`]); text is drawn in `sans-serif`.
+    /// plotters (see `write_all_with`); text is drawn in `sans-serif`.
     pub fn to_png(&self, path: &Path) -> Result<(), ReportError> {
         let render = |message: String| ReportError::Render {
             path: path.to_path_buf(),

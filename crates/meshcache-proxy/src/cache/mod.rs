@@ -209,7 +209,7 @@ impl Cache {
         Self::with_arena(config, None)
     }
 
-    /// A cache that keeps bodies of [`zerocopy::MIN_SIZE`] bytes and more in `arena`; no disk.
+    /// A cache that keeps bodies of `zerocopy::MIN_SIZE` bytes and more in `arena`; no disk.
     pub fn with_arena(config: StoreConfig, arena: Option<Arc<BodyArena>>) -> Self {
         Self::build(config, arena, None, Vec::new(), 0)
     }
